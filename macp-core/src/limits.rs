@@ -1,0 +1,140 @@
+//! Input limits and read caps.
+//!
+//! Every limit is a refusal, never a truncation: a request over a limit fails with
+//! `invalid_input` (or `capacity_exceeded` for aggregate capacities) naming the limit, and
+//! writes nothing. Read caps (page sizes, context caps) bound what one response carries; the
+//! response says what was left out (totals, `has_more`, cursors).
+//!
+//! | limit | default | applies to |
+//! |---|---|---|
+//! | `max_content_bytes` | 16 KiB | finding content |
+//! | `max_objective_bytes` | 4 KiB | room objective |
+//! | `max_name_bytes` | 200 | room and entity names |
+//! | `max_tags` / `max_tag_bytes` | 16 / 64 | tags on rooms and findings |
+//! | `max_entity_refs` | 32 | entity refs per finding |
+//! | `max_evidence` | 16 | evidence items per finding or relationship |
+//! | `max_evidence_ref_bytes` | 2 KiB | evidence `ref` |
+//! | `max_description_bytes` | 2 KiB | evidence, relationship and artifact descriptions |
+//! | `max_identifiers` | 32 | identifiers per entity (including after a merge) |
+//! | `max_identifier_type_bytes` / `max_identifier_value_bytes` | 64 / 512 | each identifier |
+//! | `max_properties_bytes` | 8 KiB | an entity's properties, as JSON (after upserts) |
+//! | `max_label_bytes` | 64 | agent_type, relationship_type |
+//! | `max_reason_bytes` | 1 KiB | status reasons |
+//! | `max_idempotency_key_bytes` | 128 | idempotency keys |
+//! | `max_agents_per_room` | 64 | capacity: agents that may join one room |
+//! | `default_page` / `max_page` | 50 / 200 | get_timeline, list_rooms, list_artifacts |
+//! | `default_updates_page` / `max_updates_page` | 100 / 500 | get_updates |
+//! | `max_graph_depth` | 3 | get_entity_graph depth |
+//! | `max_graph_entities` / `max_graph_relationships` | 200 / 500 | get_entity_graph result caps |
+
+use serde::Serialize;
+
+/// Input limits and page sizes. Construct with [`Limits::default`] and adjust fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Finding content, in UTF-8 bytes.
+    pub max_content_bytes: usize,
+    /// Room objective, in UTF-8 bytes.
+    pub max_objective_bytes: usize,
+    /// Room and entity names.
+    pub max_name_bytes: usize,
+    /// Tags per room or finding.
+    pub max_tags: usize,
+    /// Bytes per tag.
+    pub max_tag_bytes: usize,
+    /// Entity refs per finding.
+    pub max_entity_refs: usize,
+    /// Evidence items per finding or relationship (after repeated assertions are combined).
+    pub max_evidence: usize,
+    /// Bytes of an evidence `ref`.
+    pub max_evidence_ref_bytes: usize,
+    /// Bytes of any description.
+    pub max_description_bytes: usize,
+    /// Identifiers per entity.
+    pub max_identifiers: usize,
+    /// Bytes of an identifier type.
+    pub max_identifier_type_bytes: usize,
+    /// Bytes of an identifier value.
+    pub max_identifier_value_bytes: usize,
+    /// Bytes of an entity's properties serialised as JSON.
+    pub max_properties_bytes: usize,
+    /// Bytes of short labels (agent_type, relationship_type).
+    pub max_label_bytes: usize,
+    /// Bytes of a status reason.
+    pub max_reason_bytes: usize,
+    /// Bytes of an idempotency key.
+    pub max_idempotency_key_bytes: usize,
+    /// Agents that may join one room.
+    pub max_agents_per_room: usize,
+    /// Default page size for paged reads.
+    pub default_page: usize,
+    /// Largest page size a caller may ask for.
+    pub max_page: usize,
+    /// Default page size of get_updates.
+    pub default_updates_page: usize,
+    /// Largest get_updates page.
+    pub max_updates_page: usize,
+    /// Deepest get_entity_graph traversal.
+    pub max_graph_depth: u32,
+    /// Most entities one get_entity_graph returns.
+    pub max_graph_entities: usize,
+    /// Most relationships one get_entity_graph returns.
+    pub max_graph_relationships: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_content_bytes: 16 * 1024,
+            max_objective_bytes: 4 * 1024,
+            max_name_bytes: 200,
+            max_tags: 16,
+            max_tag_bytes: 64,
+            max_entity_refs: 32,
+            max_evidence: 16,
+            max_evidence_ref_bytes: 2 * 1024,
+            max_description_bytes: 2 * 1024,
+            max_identifiers: 32,
+            max_identifier_type_bytes: 64,
+            max_identifier_value_bytes: 512,
+            max_properties_bytes: 8 * 1024,
+            max_label_bytes: 64,
+            max_reason_bytes: 1024,
+            max_idempotency_key_bytes: 128,
+            max_agents_per_room: 64,
+            default_page: 50,
+            max_page: 200,
+            default_updates_page: 100,
+            max_updates_page: 500,
+            max_graph_depth: 3,
+            max_graph_entities: 200,
+            max_graph_relationships: 500,
+        }
+    }
+}
+
+/// Caps of the bounded room context (`get_room_context`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ContextCaps {
+    /// The N most recent findings.
+    pub findings: usize,
+    /// The top-K entities by relationship degree.
+    pub entities: usize,
+    /// Agents listed (most recently active first).
+    pub agents: usize,
+    /// Characters of each finding's content shown; longer content is marked as shortened and
+    /// can be read whole through get_timeline.
+    pub content_preview_chars: usize,
+    /// Upper bound of the whole context serialised as JSON, in bytes. Items are dropped (oldest
+    /// findings, lowest-degree entities first) until it fits; the response says how many were
+    /// shown of how many.
+    pub budget_bytes: usize,
+}
+
+impl Default for ContextCaps {
+    fn default() -> Self {
+        Self { findings: 20, entities: 15, agents: 32, content_preview_chars: 480, budget_bytes: 16 * 1024 }
+    }
+}

@@ -1,0 +1,580 @@
+//! The in-memory reference backend.
+//!
+//! Every store contract is met in the most obvious way: one mutex around the whole state, so
+//! every method is atomic and isolated by construction. It is the reference the conformance
+//! suite was written against, the quickest way to try the SDK, and useless for anything that
+//! must survive a restart ([`Capabilities::durable`] is false).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
+use crate::model::{
+    AgentSession, Artifact, Entity, Finding, Identifier, IndexStatus, Relationship, Room, RoomStatus,
+};
+use crate::store::{
+    AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
+    EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
+    Insert, KeywordHit, RelationshipKey, RoomKey, RoomStore, Store, Write,
+};
+
+/// An in-memory [`Store`].
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rooms: HashMap<RoomId, Room>,
+    agents: BTreeMap<(RoomId, AgentId), AgentSession>,
+    /// Per room, findings in `seq` order: index `i` holds `seq = i + 1`.
+    findings: HashMap<RoomId, Vec<Finding>>,
+    entities: BTreeMap<(RoomId, EntityId), Entity>,
+    claims: HashMap<(RoomId, Identifier), EntityId>,
+    relationships: BTreeMap<(RoomId, RelationshipKey), Relationship>,
+    artifacts: BTreeMap<(RoomId, ArtifactId), Artifact>,
+    idempotency: HashMap<(RoomId, String), IdempotencyRecord>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied write: every method
+        // validates before it mutates. So a poisoned lock is safe to keep using.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Yields to the scheduler once, as a call to a networked store would. Without it every call
+/// would run to completion without a suspension point, and races the service must handle
+/// (two creates between a lookup and a write) would never happen in tests.
+async fn interleave() {
+    tokio::task::yield_now().await;
+}
+
+impl State {
+    fn replay(&self, room_id: RoomId, claim: Option<&IdempotencyClaim>) -> Option<IdempotencyRecord> {
+        claim.and_then(|c| self.idempotency.get(&(room_id, c.key.clone())).cloned())
+    }
+
+    fn record(&mut self, room_id: RoomId, claim: Option<&IdempotencyClaim>) {
+        if let Some(c) = claim {
+            self.idempotency.insert((room_id, c.key.clone()), c.to_record());
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none().with_keyword_search(true)
+    }
+}
+
+#[async_trait]
+impl RoomStore for MemoryStore {
+    async fn insert_room(&self, room: &Room) -> Result<()> {
+        interleave().await;
+        let mut s = self.lock();
+        if s.rooms.contains_key(&room.room_id) {
+            return Err(Error::AlreadyExists { what: "room", id: room.room_id.to_string() });
+        }
+        s.rooms.insert(room.room_id, room.clone());
+        Ok(())
+    }
+
+    async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>> {
+        interleave().await;
+        Ok(self.lock().rooms.get(&room_id).cloned())
+    }
+
+    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(room) = s.rooms.get_mut(&room_id) else { return Ok(None) };
+        if room.status == RoomStatus::Active {
+            room.status = RoomStatus::Closed;
+            room.closed_at = Some(at);
+            room.closed_by = Some(by.clone());
+        }
+        Ok(Some(room.clone()))
+    }
+
+    async fn list_rooms(
+        &self,
+        status: Option<RoomStatus>,
+        after: Option<RoomKey>,
+        limit: usize,
+    ) -> Result<Vec<Room>> {
+        interleave().await;
+        let s = self.lock();
+        let mut rooms: Vec<&Room> = s
+            .rooms
+            .values()
+            .filter(|r| status.is_none_or(|st| r.status == st))
+            .filter(|r| after.is_none_or(|k| (r.created_at, r.room_id) < (k.created_at, k.room_id)))
+            .collect();
+        rooms.sort_by_key(|r| std::cmp::Reverse((r.created_at, r.room_id)));
+        Ok(rooms.into_iter().take(limit).cloned().collect())
+    }
+}
+
+#[async_trait]
+impl AgentStore for MemoryStore {
+    async fn insert_agent(&self, session: &AgentSession) -> Result<Insert<AgentSession>> {
+        interleave().await;
+        let mut s = self.lock();
+        let key = (session.room_id, session.agent_id.clone());
+        if let Some(existing) = s.agents.get(&key) {
+            return Ok(Insert::Existing(existing.clone()));
+        }
+        s.agents.insert(key, session.clone());
+        Ok(Insert::Inserted(session.clone()))
+    }
+
+    async fn get_agent(&self, room_id: RoomId, agent_id: &AgentId) -> Result<Option<AgentSession>> {
+        interleave().await;
+        Ok(self.lock().agents.get(&(room_id, agent_id.clone())).cloned())
+    }
+
+    async fn list_agents(&self, room_id: RoomId) -> Result<Vec<AgentSession>> {
+        interleave().await;
+        let s = self.lock();
+        let mut out: Vec<AgentSession> =
+            s.agents.iter().filter(|((r, _), _)| *r == room_id).map(|(_, a)| a.clone()).collect();
+        out.sort_by(|a, b| (a.joined_at, &a.agent_id).cmp(&(b.joined_at, &b.agent_id)));
+        Ok(out)
+    }
+
+    async fn update_agent(
+        &self,
+        room_id: RoomId,
+        agent_id: &AgentId,
+        update: &AgentUpdate,
+    ) -> Result<Option<AgentSession>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(a) = s.agents.get_mut(&(room_id, agent_id.clone())) else { return Ok(None) };
+        if let Some(t) = update.last_active {
+            a.last_active = a.last_active.max(t);
+        }
+        if let Some(t) = &update.agent_type {
+            a.agent_type = Some(t.clone());
+        }
+        if let Some((status, reason, at)) = &update.status {
+            a.agent_status = *status;
+            a.status_reason = reason.clone();
+            a.status_updated_at = *at;
+        }
+        Ok(Some(a.clone()))
+    }
+}
+
+fn matches(f: &Finding, q: &FindingQuery) -> bool {
+    (q.tags_any.is_empty() || f.tags.iter().any(|t| q.tags_any.contains(t)))
+        && q.agent_id.as_ref().is_none_or(|a| &f.agent_id == a)
+        && q.since.is_none_or(|t| f.created_at >= t)
+        && q.until.is_none_or(|t| f.created_at < t)
+}
+
+/// Lowercased alphanumeric runs: the same words FTS5's unicode61 tokenizer sees.
+fn words(s: &str) -> Vec<String> {
+    s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+#[async_trait]
+impl FindingStore for MemoryStore {
+    async fn append_finding(
+        &self,
+        finding: &Finding,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<Finding>> {
+        interleave().await;
+        let mut s = self.lock();
+        if let Some(rec) = s.replay(finding.room_id, claim) {
+            return Ok(Write::Replayed(rec));
+        }
+        let list = s.findings.entry(finding.room_id).or_default();
+        let mut stored = finding.clone();
+        stored.seq = list.len() as u64 + 1;
+        list.push(stored.clone());
+        s.record(finding.room_id, claim);
+        Ok(Write::Applied(stored))
+    }
+
+    async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>> {
+        interleave().await;
+        let s = self.lock();
+        let Some(list) = s.findings.get(&room_id) else { return Ok(Vec::new()) };
+        Ok(list.iter().filter(|f| ids.contains(&f.finding_id)).cloned().collect())
+    }
+
+    async fn list_findings(&self, room_id: RoomId, q: &FindingQuery) -> Result<Vec<Finding>> {
+        interleave().await;
+        let s = self.lock();
+        let Some(list) = s.findings.get(&room_id) else { return Ok(Vec::new()) };
+        let in_range = |f: &&Finding| f.seq > q.after_seq && q.before_seq.is_none_or(|b| f.seq < b);
+        let it = list.iter().filter(in_range).filter(|f| matches(f, q));
+        Ok(if q.descending {
+            it.rev().take(q.limit).cloned().collect()
+        } else {
+            it.take(q.limit).cloned().collect()
+        })
+    }
+
+    async fn set_index_status(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        status: IndexStatus,
+    ) -> Result<()> {
+        interleave().await;
+        let mut s = self.lock();
+        let f = s
+            .findings
+            .get_mut(&room_id)
+            .and_then(|l| l.iter_mut().find(|f| f.finding_id == finding_id))
+            .ok_or_else(|| Error::not_found("finding", finding_id))?;
+        f.index_status = status;
+        Ok(())
+    }
+
+    async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats> {
+        interleave().await;
+        let s = self.lock();
+        let Some(list) = s.findings.get(&room_id) else { return Ok(FindingStats::default()) };
+        let mut tag_counts = BTreeMap::new();
+        for f in list {
+            for t in &f.tags {
+                *tag_counts.entry(t.clone()).or_insert(0) += 1;
+            }
+        }
+        Ok(FindingStats {
+            total: list.len() as u64,
+            last_seq: list.len() as u64,
+            last_created_at: list.last().map(|f| f.created_at),
+            tag_counts,
+        })
+    }
+
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<Vec<KeywordHit>> {
+        interleave().await;
+        let s = self.lock();
+        let Some(list) = s.findings.get(&room_id) else { return Ok(Vec::new()) };
+        let terms = words(query);
+        let docs: Vec<(FindingId, Vec<String>)> = list
+            .iter()
+            .map(|f| (f.finding_id, words(&format!("{} {}", f.content, f.tags.join(" ")))))
+            .collect();
+        let n = docs.len() as f64;
+        let avg = docs.iter().map(|(_, w)| w.len()).sum::<usize>() as f64 / n.max(1.0);
+        // Okapi BM25 (k1 = 1.2, b = 0.75), the ranking FTS5 uses.
+        let mut hits: Vec<KeywordHit> = docs
+            .iter()
+            .filter_map(|(id, w)| {
+                let mut score = 0.0;
+                for t in &terms {
+                    let tf = w.iter().filter(|x| *x == t).count() as f64;
+                    if tf == 0.0 {
+                        continue;
+                    }
+                    let df = docs.iter().filter(|(_, d)| d.contains(t)).count() as f64;
+                    let idf = ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6);
+                    score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * w.len() as f64 / avg));
+                }
+                (score > 0.0).then_some(KeywordHit { finding_id: *id, score })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id)));
+        hits.truncate(limit);
+        Ok(hits)
+    }
+}
+
+#[async_trait]
+impl EntityStore for MemoryStore {
+    async fn create_entity(&self, entity: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity> {
+        interleave().await;
+        let mut s = self.lock();
+        let room = entity.room_id;
+        if let Some(rec) = s.replay(room, claim) {
+            return Ok(CreateEntity::Replayed(rec));
+        }
+        let taken: Vec<(Identifier, EntityId)> = entity
+            .identifiers
+            .iter()
+            .filter_map(|i| s.claims.get(&(room, i.clone())).map(|e| (i.clone(), *e)))
+            .collect();
+        if !taken.is_empty() {
+            return Ok(CreateEntity::IdentifiersTaken(taken));
+        }
+        for i in &entity.identifiers {
+            s.claims.insert((room, i.clone()), entity.entity_id);
+        }
+        s.entities.insert((room, entity.entity_id), entity.clone());
+        s.record(room, claim);
+        Ok(CreateEntity::Created(entity.clone()))
+    }
+
+    async fn attach_to_entity(
+        &self,
+        room_id: RoomId,
+        entity_id: EntityId,
+        identifiers: &[Identifier],
+        properties: &Map<String, Value>,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<AttachEntity> {
+        interleave().await;
+        let mut s = self.lock();
+        if let Some(rec) = s.replay(room_id, claim) {
+            return Ok(AttachEntity::Replayed(rec));
+        }
+        if !s.entities.contains_key(&(room_id, entity_id)) {
+            return Err(Error::not_found("entity", entity_id));
+        }
+        let mut claimed_elsewhere = Vec::new();
+        let mut added = Vec::new();
+        for i in identifiers {
+            match s.claims.get(&(room_id, i.clone())) {
+                Some(holder) if *holder != entity_id => claimed_elsewhere.push((i.clone(), *holder)),
+                Some(_) => {}
+                None => added.push(i.clone()),
+            }
+        }
+        for i in &added {
+            s.claims.insert((room_id, i.clone()), entity_id);
+        }
+        let e =
+            s.entities.get_mut(&(room_id, entity_id)).ok_or_else(|| Error::not_found("entity", entity_id))?;
+        e.identifiers.extend(added);
+        e.identifiers.sort();
+        e.identifiers.dedup();
+        for (k, v) in properties {
+            e.properties.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let entity = e.clone();
+        s.record(room_id, claim);
+        Ok(AttachEntity::Attached { entity, claimed_elsewhere })
+    }
+
+    async fn get_entities(&self, room_id: RoomId, ids: &[EntityId]) -> Result<Vec<Entity>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(ids.iter().filter_map(|id| s.entities.get(&(room_id, *id)).cloned()).collect())
+    }
+
+    async fn list_entities(
+        &self,
+        room_id: RoomId,
+        after: Option<EntityId>,
+        limit: usize,
+    ) -> Result<Vec<Entity>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.entities
+            .iter()
+            .filter(|((r, id), _)| *r == room_id && after.is_none_or(|a| *id > a))
+            .take(limit)
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn entity_aliases(&self, room_id: RoomId) -> Result<Vec<(EntityId, EntityId)>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.entities
+            .iter()
+            .filter(|((r, _), _)| *r == room_id)
+            .filter_map(|((_, id), e)| e.merged_into.map(|w| (*id, w)))
+            .collect())
+    }
+
+    async fn find_identifiers(
+        &self,
+        room_id: RoomId,
+        identifiers: &[Identifier],
+    ) -> Result<Vec<(Identifier, EntityId)>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(identifiers
+            .iter()
+            .filter_map(|i| s.claims.get(&(room_id, i.clone())).map(|e| (i.clone(), *e)))
+            .collect())
+    }
+
+    async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
+        interleave().await;
+        let mut s = self.lock();
+        let w = s.entities.get(&(room_id, winner)).ok_or_else(|| Error::not_found("entity", winner))?;
+        let l = s.entities.get(&(room_id, loser)).ok_or_else(|| Error::not_found("entity", loser))?;
+        if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
+            return Err(Error::conflict("one of the entities was merged concurrently"));
+        }
+        let loser_ids = l.identifiers.clone();
+        if let Some(l) = s.entities.get_mut(&(room_id, loser)) {
+            l.merged_into = Some(winner);
+        }
+        let w = s.entities.get_mut(&(room_id, winner)).ok_or_else(|| Error::not_found("entity", winner))?;
+        w.identifiers.extend(loser_ids);
+        w.identifiers.sort();
+        w.identifiers.dedup();
+        Ok(w.clone())
+    }
+
+    async fn put_relationship(
+        &self,
+        rel: &Relationship,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<(Relationship, bool)>> {
+        interleave().await;
+        let mut s = self.lock();
+        if let Some(rec) = s.replay(rel.room_id, claim) {
+            return Ok(Write::Replayed(rec));
+        }
+        let key = (rel.room_id, RelationshipKey::of(rel));
+        let out = match s.relationships.get_mut(&key) {
+            Some(existing) => {
+                for ev in &rel.evidence {
+                    if !existing.evidence.contains(ev) {
+                        existing.evidence.push(ev.clone());
+                    }
+                }
+                if existing.description.is_none() {
+                    existing.description = rel.description.clone();
+                }
+                (existing.clone(), false)
+            }
+            None => {
+                s.relationships.insert(key, rel.clone());
+                (rel.clone(), true)
+            }
+        };
+        s.record(rel.room_id, claim);
+        Ok(Write::Applied(out))
+    }
+
+    async fn get_relationship(&self, room_id: RoomId, key: &RelationshipKey) -> Result<Option<Relationship>> {
+        interleave().await;
+        Ok(self.lock().relationships.get(&(room_id, key.clone())).cloned())
+    }
+
+    async fn relationships_touching(&self, room_id: RoomId, ids: &[EntityId]) -> Result<Vec<Relationship>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.relationships
+            .iter()
+            .filter(|((r, k), _)| *r == room_id && (ids.contains(&k.source) || ids.contains(&k.target)))
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    async fn list_relationships(
+        &self,
+        room_id: RoomId,
+        after: Option<&RelationshipKey>,
+        limit: usize,
+    ) -> Result<Vec<Relationship>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.relationships
+            .iter()
+            .filter(|((r, k), _)| *r == room_id && after.is_none_or(|a| k > a))
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+
+    async fn relationship_degrees(&self, room_id: RoomId) -> Result<Vec<(EntityId, u64)>> {
+        interleave().await;
+        let s = self.lock();
+        let mut d: BTreeMap<EntityId, u64> = BTreeMap::new();
+        for (r, k) in s.relationships.keys() {
+            if *r != room_id {
+                continue;
+            }
+            *d.entry(k.source).or_default() += 1;
+            if k.target != k.source {
+                *d.entry(k.target).or_default() += 1;
+            }
+        }
+        Ok(d.into_iter().collect())
+    }
+
+    async fn entity_stats(&self, room_id: RoomId) -> Result<EntityStats> {
+        interleave().await;
+        let s = self.lock();
+        let mut st = EntityStats::default();
+        for ((r, _), e) in &s.entities {
+            if *r == room_id {
+                if e.merged_into.is_some() {
+                    st.merged += 1;
+                } else {
+                    st.canonical += 1;
+                }
+            }
+        }
+        st.relationships = s.relationships.keys().filter(|(r, _)| *r == room_id).count() as u64;
+        Ok(st)
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for MemoryStore {
+    async fn insert_artifact(
+        &self,
+        artifact: &Artifact,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<Artifact>> {
+        interleave().await;
+        let mut s = self.lock();
+        let room = artifact.room_id;
+        if let Some(rec) = s.replay(room, claim) {
+            return Ok(Write::Replayed(rec));
+        }
+        if s.artifacts.iter().any(|((r, _), a)| *r == room && a.key == artifact.key) {
+            return Err(Error::AlreadyExists { what: "artifact with key", id: artifact.key.clone() });
+        }
+        s.artifacts.insert((room, artifact.artifact_id), artifact.clone());
+        s.record(room, claim);
+        Ok(Write::Applied(artifact.clone()))
+    }
+
+    async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(ids.iter().filter_map(|id| s.artifacts.get(&(room_id, *id)).cloned()).collect())
+    }
+
+    async fn list_artifacts(&self, room_id: RoomId, q: &ArtifactQuery) -> Result<Vec<Artifact>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.artifacts
+            .iter()
+            .filter(|((r, id), _)| *r == room_id && q.after.is_none_or(|a| *id > a))
+            .map(|(_, a)| a)
+            .filter(|a| q.finding_id.is_none_or(|f| a.linked_finding_ids.contains(&f)))
+            .filter(|a| {
+                q.entity_ids.is_empty() || a.linked_entity_ids.iter().any(|e| q.entity_ids.contains(e))
+            })
+            .take(q.limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn count_artifacts(&self, room_id: RoomId) -> Result<u64> {
+        interleave().await;
+        Ok(self.lock().artifacts.keys().filter(|(r, _)| *r == room_id).count() as u64)
+    }
+}

@@ -1,0 +1,334 @@
+//! The domain records, as stored and as returned to clients.
+//!
+//! Field names are the design's (`room_id`, `finding_id`, `agent_id`, `user_id`, `tags`,
+//! `entity_refs`, `evidence`, `index_status`, `entity_id`, `identifiers`, `merged_into`, …): the
+//! MCP adapter serialises these types as they are.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
+
+macro_rules! wire_enum {
+    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name {
+            $($(#[$vdoc])* $variant),+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The wire name.
+            pub fn as_str(&self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            /// Parses the wire name, with an error listing the accepted values.
+            pub fn parse(s: &str) -> Result<Self> {
+                match s.trim() {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(Error::invalid(
+                        $field,
+                        format!(
+                            "`{}` is not accepted; use one of: {}",
+                            crate::ids::clip(other),
+                            [$($text),+].join(", ")
+                        ),
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                Self::parse(s)
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// Who sees what in a room. Only `full` exists in phase 1: every member sees every finding.
+    /// The field is reserved so other modes can be added without a schema change. Visibility is
+    /// a coordination mechanism, never access control.
+    VisibilityMode {
+        /// Every member sees every finding.
+        Full = "full"
+    },
+    "visibility_mode"
+);
+
+wire_enum!(
+    /// Whether a room accepts writes.
+    RoomStatus {
+        /// Open for writes.
+        Active = "active",
+        /// Read-only; kept for the record.
+        Closed = "closed"
+    },
+    "status"
+);
+
+wire_enum!(
+    /// An agent's self-declared status. Advisory only: nothing in MACP acts on it.
+    AgentStatus {
+        /// Working on the objective.
+        Active = "active",
+        /// Not working right now (the operator may have stepped away).
+        Idle = "idle",
+        /// Stuck; the reason says on what, so a human can help.
+        Blocked = "blocked"
+    },
+    "status"
+);
+
+wire_enum!(
+    /// Where the finding is in the write protocol: committed first as `pending`, then embedded
+    /// and indexed for semantic search, then `indexed`.
+    IndexStatus {
+        /// Stored, findable by its words, not yet in the vector index.
+        Pending = "pending",
+        /// In the vector index.
+        Indexed = "indexed"
+    },
+    "index_status"
+);
+
+wire_enum!(
+    /// What kind of proof an evidence item points at.
+    EvidenceKind {
+        /// An artifact registered in the room (its key or id).
+        Artifact = "artifact",
+        /// Any URL.
+        Url = "url",
+        /// A CloudTrail event id.
+        Cloudtrail = "cloudtrail",
+        /// A Datadog link or query.
+        Datadog = "datadog",
+        /// A metric name or query.
+        Metric = "metric",
+        /// A log line, query or location.
+        Log = "log"
+    },
+    "evidence.kind"
+);
+
+wire_enum!(
+    /// What an entity is.
+    EntityType {
+        /// A service or system component.
+        Service = "service",
+        /// A person.
+        Person = "person",
+        /// Something that happened (a deploy, an alarm, an outage).
+        Event = "event",
+        /// A concrete resource (host, bucket, key, commit, table).
+        Resource = "resource"
+    },
+    "type"
+);
+
+/// A collaboration room: one investigation with a stated objective.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Room {
+    /// Primary key.
+    pub room_id: RoomId,
+    /// Optional human-readable label.
+    pub name: Option<String>,
+    /// The stated goal agents self-organise around (markdown).
+    pub objective: String,
+    /// Always `full` in phase 1.
+    pub visibility_mode: VisibilityMode,
+    /// When the room was created.
+    pub created_at: Timestamp,
+    /// Who created it.
+    pub created_by: UserId,
+    /// Labels for the room.
+    pub tags: Vec<String>,
+    /// `active` or `closed`.
+    pub status: RoomStatus,
+    /// When it was closed, if it is.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub closed_at: Option<Timestamp>,
+    /// Who closed it, if it is.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub closed_by: Option<UserId>,
+}
+
+/// An agent's presence in a room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSession {
+    /// The room.
+    pub room_id: RoomId,
+    /// The agent, unique within the room.
+    pub agent_id: AgentId,
+    /// The person who joined it; only they may act as this agent.
+    pub user_id: UserId,
+    /// First join.
+    pub joined_at: Timestamp,
+    /// Last write or join by this agent.
+    pub last_active: Timestamp,
+    /// Free-form client kind (`claude-code`, `kiro`, …).
+    pub agent_type: Option<String>,
+    /// Declared status (advisory).
+    pub agent_status: AgentStatus,
+    /// Why, especially when blocked.
+    pub status_reason: Option<String>,
+    /// When the status was last declared.
+    pub status_updated_at: Timestamp,
+}
+
+/// A typed, free-form pointer to proof. Artifact linkage is not enforced, by design.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Evidence {
+    /// What kind of proof.
+    pub kind: EvidenceKind,
+    /// The pointer itself (URL, event id, artifact key, query).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// What it shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// When the evidence was captured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured_at: Option<Timestamp>,
+}
+
+/// One thing an agent learned, posted to the room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The room.
+    pub room_id: RoomId,
+    /// ULID, minted when posted.
+    pub finding_id: FindingId,
+    /// The room's commit sequence number: 1, 2, 3, … in the order findings were committed.
+    /// Gap-free within a room. This, not the ULID, orders the timeline and updates.
+    pub seq: u64,
+    /// The finding (markdown).
+    pub content: String,
+    /// The agent that posted it.
+    pub agent_id: AgentId,
+    /// The person behind that agent.
+    pub user_id: UserId,
+    /// Labels such as `triage`, `root-cause`, `remediation`, `dead-end`.
+    pub tags: Vec<String>,
+    /// Entities this finding is about. Read paths return canonical ids (merges resolved).
+    pub entity_refs: Vec<EntityId>,
+    /// Proof.
+    pub evidence: Vec<Evidence>,
+    /// `pending` until embedded and indexed.
+    pub index_status: IndexStatus,
+    /// The client's retry key, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// When it was posted.
+    pub created_at: Timestamp,
+}
+
+/// A typed identifier such as `{type: hostname, value: ip-10-0-1-7}`. Entities sharing an
+/// identifier are the same entity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Identifier {
+    /// Identifier type, normalised to lowercase `[a-z0-9_]` (`hostname`, `arn`, `ad_guid`).
+    #[serde(rename = "type")]
+    pub id_type: String,
+    /// Value, normalised per type (see [`crate::validate::normalize_identifier`]).
+    pub value: String,
+}
+
+/// Something in the investigation: a service, person, event or resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entity {
+    /// The room.
+    pub room_id: RoomId,
+    /// ULID, minted on first creation.
+    pub entity_id: EntityId,
+    /// Display name.
+    pub name: String,
+    /// Kind of entity.
+    #[serde(rename = "type")]
+    pub entity_type: EntityType,
+    /// Typed identifiers, sorted; for a merge winner, the union of the merged entities'.
+    pub identifiers: Vec<Identifier>,
+    /// Free-form properties (a JSON object).
+    pub properties: Map<String, Value>,
+    /// Who created it.
+    pub created_by: UserId,
+    /// Which agent created it.
+    pub agent_id: AgentId,
+    /// When.
+    pub created_at: Timestamp,
+    /// Set when this entity was merged into another; reads follow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<EntityId>,
+}
+
+/// A directed, typed edge between two entities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relationship {
+    /// The room.
+    pub room_id: RoomId,
+    /// Edge source.
+    pub source_entity_id: EntityId,
+    /// Edge type, lowercase `[a-z0-9_]` (`depends_on`, `caused_by`, `changed_by`, `same_as`, …).
+    pub relationship_type: String,
+    /// Edge target.
+    pub target_entity_id: EntityId,
+    /// What the edge means here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Proof; repeated assertions of the same edge add to it.
+    pub evidence: Vec<Evidence>,
+    /// First asserted.
+    pub created_at: Timestamp,
+    /// Agent that first asserted it.
+    pub agent_id: AgentId,
+    /// Person behind that agent.
+    pub user_id: UserId,
+    /// The first assertion's retry key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// Metadata of a file attached to the room (the bytes live in the artifact store).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// The room.
+    pub room_id: RoomId,
+    /// ULID, minted at registration.
+    pub artifact_id: ArtifactId,
+    /// Object key, always under the room's prefix.
+    pub key: String,
+    /// MIME type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Person who uploaded it.
+    pub uploaded_by: UserId,
+    /// Agent that registered it.
+    pub agent_id: AgentId,
+    /// Registration time.
+    pub uploaded_at: Timestamp,
+    /// What it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Findings it supports.
+    pub linked_finding_ids: Vec<FindingId>,
+    /// Entities it concerns (canonical ids on read).
+    pub linked_entity_ids: Vec<EntityId>,
+    /// The client's retry key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}

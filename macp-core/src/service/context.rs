@@ -1,0 +1,218 @@
+//! The bounded room context: what a fresh agent needs to orient, within fixed caps.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::findings::{resolve_refs, updates_cursor};
+use super::rooms::AgentCounts;
+use super::{Macp, Principal};
+use crate::error::Result;
+use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
+use crate::limits::ContextCaps;
+use crate::model::{AgentSession, EntityType, Finding, Identifier, Room};
+use crate::store::FindingQuery;
+
+/// A finding as shown in the context: content shortened to the preview cap, with an explicit
+/// marker when it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextFinding {
+    /// Id (read it whole with get_timeline).
+    pub finding_id: FindingId,
+    /// Commit sequence number.
+    pub seq: u64,
+    /// Author agent.
+    pub agent_id: AgentId,
+    /// Author person.
+    pub user_id: UserId,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Canonical entity refs.
+    pub entity_refs: Vec<EntityId>,
+    /// Content, or its first `content_preview_chars` characters when `content_truncated`.
+    pub content: String,
+    /// True when `content` is a preview of a longer finding.
+    pub content_truncated: bool,
+    /// Length of the full content in characters.
+    pub content_chars: usize,
+    /// Number of evidence items.
+    pub evidence_count: usize,
+    /// When it was posted.
+    pub created_at: Timestamp,
+}
+
+/// The most recent findings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextFindings {
+    /// Findings in the room.
+    pub total: u64,
+    /// Findings shown here.
+    pub shown: usize,
+    /// The most recent findings, oldest first.
+    pub items: Vec<ContextFinding>,
+}
+
+/// An entity as shown in the context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextEntity {
+    /// Canonical id.
+    pub entity_id: EntityId,
+    /// Name.
+    pub name: String,
+    /// Kind.
+    #[serde(rename = "type")]
+    pub entity_type: EntityType,
+    /// Identifiers: reuse them in add_entity to converge on this entity.
+    pub identifiers: Vec<Identifier>,
+    /// Relationship degree.
+    pub degree: u64,
+}
+
+/// The best-connected entities.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextEntities {
+    /// Entities in the room (merged aliases not counted).
+    pub total: u64,
+    /// Entities shown here.
+    pub shown: usize,
+    /// Relationships in the room.
+    pub relationship_total: u64,
+    /// Highest degree first.
+    pub items: Vec<ContextEntity>,
+}
+
+/// Who is in the room and what they declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContextAgents {
+    /// Counts by declared status.
+    pub counts: AgentCounts,
+    /// Agents shown here.
+    pub shown: usize,
+    /// Most recently active first.
+    pub items: Vec<AgentSession>,
+}
+
+/// `get_room_context`: a bounded snapshot for a fresh agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoomContext {
+    /// The room, with its objective.
+    pub room: Room,
+    /// Latest findings and the total.
+    pub findings: ContextFindings,
+    /// Findings per tag over the whole room (which lines of inquiry exist or are closed).
+    pub tag_counts: BTreeMap<String, u64>,
+    /// Top entities and the totals.
+    pub entities: ContextEntities,
+    /// Agents and their declared statuses.
+    pub agents: ContextAgents,
+    /// Artifacts in the room.
+    pub artifact_count: u64,
+    /// The caps this snapshot was cut to.
+    pub caps: ContextCaps,
+    /// Poll get_updates from here: it returns exactly the findings committed after the newest
+    /// one this context saw.
+    pub cursor: String,
+}
+
+impl Macp {
+    /// A bounded snapshot of a room: the objective, the N most recent findings, the top-K
+    /// entities by relationship degree, agents and their statuses, totals, the caps used, and a
+    /// cursor to poll updates from. The serialised snapshot never exceeds the byte budget.
+    pub async fn room_context(&self, _who: &Principal, room_id: RoomId) -> Result<RoomContext> {
+        let caps = self.inner.caps.clone();
+        let store = &self.inner.store;
+        let room = self.room(room_id).await?;
+        let aliases = self.aliases(room_id).await?;
+        let stats = store.finding_stats(room_id).await?;
+        let mut latest = store.list_findings(room_id, &FindingQuery::latest(caps.findings)).await?;
+        resolve_refs(&aliases, &mut latest)?;
+        latest.reverse();
+        // Sequence numbers are gap-free from 1, so the newest finding read names the total
+        // consistently with what is shown, even while others are posting.
+        let newest_seq = latest.last().map_or(0, |f| f.seq);
+        let total = newest_seq;
+        let entity_stats = store.entity_stats(room_id).await?;
+        let top = self.top_entities(room_id, &aliases, caps.entities).await?;
+        let mut agents = store.list_agents(room_id).await?;
+        let counts = AgentCounts::of(&agents);
+        agents.sort_by(|a, b| b.last_active.cmp(&a.last_active).then(a.agent_id.cmp(&b.agent_id)));
+        agents.truncate(caps.agents);
+        let artifact_count = store.count_artifacts(room_id).await?;
+
+        let items: Vec<ContextFinding> =
+            latest.iter().map(|f| preview(f, caps.content_preview_chars)).collect();
+        let mut ctx = RoomContext {
+            room,
+            findings: ContextFindings { total, shown: items.len(), items },
+            tag_counts: stats.tag_counts,
+            entities: ContextEntities {
+                total: entity_stats.canonical,
+                shown: top.len(),
+                relationship_total: entity_stats.relationships,
+                items: top
+                    .into_iter()
+                    .map(|g| ContextEntity {
+                        entity_id: g.entity.entity_id,
+                        name: g.entity.name,
+                        entity_type: g.entity.entity_type,
+                        identifiers: g.entity.identifiers,
+                        degree: g.degree,
+                    })
+                    .collect(),
+            },
+            agents: ContextAgents { counts, shown: agents.len(), items: agents },
+            artifact_count,
+            caps,
+            cursor: updates_cursor(room_id, newest_seq),
+        };
+        fit_budget(&mut ctx);
+        Ok(ctx)
+    }
+}
+
+fn preview(f: &Finding, max_chars: usize) -> ContextFinding {
+    let chars = f.content.chars().count();
+    let (content, truncated) = if chars <= max_chars {
+        (f.content.clone(), false)
+    } else {
+        (f.content.chars().take(max_chars).collect(), true)
+    };
+    ContextFinding {
+        finding_id: f.finding_id,
+        seq: f.seq,
+        agent_id: f.agent_id.clone(),
+        user_id: f.user_id.clone(),
+        tags: f.tags.clone(),
+        entity_refs: f.entity_refs.clone(),
+        content,
+        content_truncated: truncated,
+        content_chars: chars,
+        evidence_count: f.evidence.len(),
+        created_at: f.created_at,
+    }
+}
+
+fn size(ctx: &RoomContext) -> usize {
+    serde_json::to_vec(ctx).map(|v| v.len()).unwrap_or(usize::MAX)
+}
+
+/// Drops items until the serialised context fits its budget: first the oldest findings and the
+/// lowest-degree entities and least recently active agents down to a floor of five each, then
+/// below it. The `shown` counts say what remains, next to the totals.
+fn fit_budget(ctx: &mut RoomContext) {
+    let budget = ctx.caps.budget_bytes;
+    for floor in [5usize, 0] {
+        while size(ctx) > budget && ctx.findings.items.len() > floor {
+            ctx.findings.items.remove(0);
+            ctx.findings.shown = ctx.findings.items.len();
+        }
+        while size(ctx) > budget && ctx.entities.items.len() > floor {
+            ctx.entities.items.pop();
+            ctx.entities.shown = ctx.entities.items.len();
+        }
+        while size(ctx) > budget && ctx.agents.items.len() > floor {
+            ctx.agents.items.pop();
+            ctx.agents.shown = ctx.agents.items.len();
+        }
+    }
+}

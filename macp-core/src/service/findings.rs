@@ -1,0 +1,355 @@
+//! Findings: posting, the timeline and the updates feed.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Aliases, Macp, Principal, check_replay, claim, digest, fingerprint};
+use crate::cursor;
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
+use crate::model::{Evidence, Finding, IndexStatus};
+use crate::store::{FindingQuery, Write, WriteOperation};
+use crate::validate;
+
+/// `post_finding`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostFinding {
+    /// The room.
+    pub room_id: RoomId,
+    /// The posting agent (must have joined, and belong to the caller).
+    pub agent_id: AgentId,
+    /// The finding (markdown). Required; refused over the content limit.
+    pub content: String,
+    /// Labels (`triage`, `hypothesis`, `root-cause`, `remediation`, `dead-end`, …).
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Entities the finding is about; each must exist in the room.
+    #[serde(default)]
+    pub entity_refs: Vec<EntityId>,
+    /// Proof.
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// Retry key: a repeat with the same key and payload returns the first result.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+impl PostFinding {
+    /// A finding with content only.
+    pub fn new(room_id: RoomId, agent_id: AgentId, content: impl Into<String>) -> Self {
+        Self {
+            room_id,
+            agent_id,
+            content: content.into(),
+            tags: Vec::new(),
+            entity_refs: Vec::new(),
+            evidence: Vec::new(),
+            idempotency_key: None,
+        }
+    }
+
+    /// With tags.
+    pub fn tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// With entity refs.
+    pub fn entity_refs(mut self, refs: impl IntoIterator<Item = EntityId>) -> Self {
+        self.entity_refs = refs.into_iter().collect();
+        self
+    }
+
+    /// With evidence.
+    pub fn evidence(mut self, evidence: impl IntoIterator<Item = Evidence>) -> Self {
+        self.evidence = evidence.into_iter().collect();
+        self
+    }
+
+    /// With an idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+}
+
+/// The result of `post_finding`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PostedFinding {
+    /// The stored finding (entity refs resolved to canonical ids).
+    pub finding: Finding,
+    /// True when this was a retry of an earlier post with the same idempotency key: nothing
+    /// new was written.
+    pub replayed: bool,
+}
+
+/// `get_timeline`: chronological findings with filters, paged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineQuery {
+    /// The room.
+    pub room_id: RoomId,
+    /// Only findings carrying at least one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Only findings by this agent.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+    /// Only findings posted at or after this time.
+    #[serde(default)]
+    pub since: Option<Timestamp>,
+    /// Only findings posted before this time.
+    #[serde(default)]
+    pub until: Option<Timestamp>,
+    /// Page size.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page (same filters).
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+impl TimelineQuery {
+    /// The whole timeline of a room, first page.
+    pub fn new(room_id: RoomId) -> Self {
+        Self {
+            room_id,
+            tags: Vec::new(),
+            agent_id: None,
+            since: None,
+            until: None,
+            limit: None,
+            cursor: None,
+        }
+    }
+}
+
+/// A page of findings in commit order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FindingPage {
+    /// The findings, oldest first.
+    pub findings: Vec<Finding>,
+    /// Pass back as `cursor` (with the same filters) for the next page; absent on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// `get_updates`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpdatesQuery {
+    /// The room.
+    pub room_id: RoomId,
+    /// The cursor returned by the previous call (or by get_room_context); omit to start from
+    /// the first finding.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// Page size.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl UpdatesQuery {
+    /// Updates of `room_id` since `cursor`.
+    pub fn new(room_id: RoomId, cursor: Option<String>) -> Self {
+        Self { room_id, cursor, limit: None }
+    }
+}
+
+/// Findings committed since a cursor, and the cursor to poll from next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Updates {
+    /// New findings in commit order.
+    pub findings: Vec<Finding>,
+    /// Pass to the next get_updates. Never moves past a finding that was not returned.
+    pub cursor: String,
+    /// More findings are already waiting: call again right away.
+    pub has_more: bool,
+}
+
+#[derive(Serialize)]
+struct FindingFingerprint<'a> {
+    agent_id: &'a AgentId,
+    content: &'a str,
+    tags: &'a [String],
+    entity_refs: &'a [EntityId],
+    evidence: &'a [Evidence],
+}
+
+impl Macp {
+    /// Posts a finding. It is committed as `pending`; indexing for semantic search follows.
+    pub async fn post_finding(&self, who: &Principal, req: PostFinding) -> Result<PostedFinding> {
+        let l = &self.inner.limits;
+        self.writable_room(req.room_id).await?;
+        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let content = validate::required_text("content", &req.content, l.max_content_bytes)?;
+        let tags = validate::tags("tags", &req.tags, l)?;
+        let evidence = validate::evidence(&req.evidence, l)?;
+        let key = validate::idempotency_key(req.idempotency_key.as_deref(), l)?;
+        let mut refs = Vec::with_capacity(req.entity_refs.len());
+        for r in &req.entity_refs {
+            if !refs.contains(r) {
+                refs.push(*r);
+            }
+        }
+        if refs.len() > l.max_entity_refs {
+            return Err(Error::too_many("entity_refs", l.max_entity_refs, refs.len()));
+        }
+        // Most posts name no entities: skip the alias read for them.
+        let aliases = if refs.is_empty() { Aliases::default() } else { self.aliases(req.room_id).await? };
+        self.require_entities(req.room_id, &refs, "entity_refs").await?;
+
+        let print = fingerprint(
+            WriteOperation::PostFinding,
+            &FindingFingerprint {
+                agent_id: &req.agent_id,
+                content: &content,
+                tags: &tags,
+                entity_refs: &refs,
+                evidence: &evidence,
+            },
+        );
+        let now = self.now();
+        let finding = Finding {
+            room_id: req.room_id,
+            finding_id: FindingId::generate(),
+            seq: 0,
+            content,
+            agent_id: req.agent_id.clone(),
+            user_id: who.user_id.clone(),
+            tags,
+            entity_refs: aliases.resolve_all(&refs)?,
+            evidence,
+            index_status: IndexStatus::Pending,
+            idempotency_key: key.clone(),
+            created_at: now,
+        };
+        let claim =
+            claim(key.as_ref(), WriteOperation::PostFinding, &print, finding.finding_id.to_string(), now);
+        let outcome = self.inner.store.append_finding(&finding, claim.as_ref()).await?;
+        let (stored, replayed) = match outcome {
+            Write::Applied(f) => (f, false),
+            Write::Replayed(rec) => {
+                check_replay(&rec, WriteOperation::PostFinding, &print)?;
+                let id: FindingId = rec.result_id.parse()?;
+                let found = self.inner.store.get_findings(req.room_id, &[id]).await?;
+                let f = found.into_iter().next().ok_or_else(|| Error::not_found("finding", id))?;
+                (f, true)
+            }
+        };
+        self.touch(&session).await;
+        let mut out = vec![stored];
+        resolve_refs(&aliases, &mut out)?;
+        let finding = out.pop().ok_or_else(|| Error::not_found("finding", finding.finding_id))?;
+        Ok(PostedFinding { finding, replayed })
+    }
+
+    /// Every id in `ids` must name an entity of the room (merged-away ids count: they resolve).
+    pub(crate) async fn require_entities(
+        &self,
+        room_id: RoomId,
+        ids: &[EntityId],
+        field: &str,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let found = self.inner.store.get_entities(room_id, ids).await?;
+        if let Some(missing) = ids.iter().find(|id| !found.iter().any(|e| e.entity_id == **id)) {
+            return Err(Error::not_found_hint(
+                "entity",
+                missing,
+                format!(
+                    "every id in {field} must be an entity of this room; create it with add_entity first"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Chronological findings of a room, filtered by tags (any of), agent and time range.
+    pub async fn timeline(&self, _who: &Principal, q: TimelineQuery) -> Result<FindingPage> {
+        let l = &self.inner.limits;
+        self.room(q.room_id).await?;
+        let limit = validate::page_size("limit", q.limit, l.default_page, l.max_page)?;
+        let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
+        if let (Some(s), Some(u)) = (q.since, q.until)
+            && s >= u
+        {
+            return Err(Error::invalid("until", "until must be later than since"));
+        }
+        let filters = digest("timeline", &(&tags, &q.agent_id, q.since, q.until));
+        let room = q.room_id.to_string();
+        let after_seq = match &q.cursor {
+            None => 0,
+            Some(c) => {
+                let p = cursor::decode("cursor", "t1", c, 3)?;
+                if p[0] != room || p[2] != filters[..16] {
+                    return Err(Error::invalid(
+                        "cursor",
+                        "this cursor belongs to another room or other filters; repeat the same filters or omit the cursor",
+                    ));
+                }
+                p[1].parse().map_err(|_| Error::invalid("cursor", "malformed cursor"))?
+            }
+        };
+        let query = FindingQuery {
+            after_seq,
+            before_seq: None,
+            tags_any: tags,
+            agent_id: q.agent_id,
+            since: q.since,
+            until: q.until,
+            limit: limit + 1,
+            descending: false,
+        };
+        let mut findings = self.inner.store.list_findings(q.room_id, &query).await?;
+        let next_cursor = if findings.len() > limit {
+            findings.truncate(limit);
+            findings.last().map(|f| cursor::encode("t1", &[&room, &f.seq.to_string(), &filters[..16]]))
+        } else {
+            None
+        };
+        resolve_refs(&self.aliases(q.room_id).await?, &mut findings)?;
+        Ok(FindingPage { findings, next_cursor })
+    }
+
+    /// Findings committed after `cursor`, in commit order, and the next cursor. Never skips and
+    /// never repeats a finding across calls (see [`crate::cursor`]).
+    pub async fn updates(&self, _who: &Principal, q: UpdatesQuery) -> Result<Updates> {
+        let l = &self.inner.limits;
+        self.room(q.room_id).await?;
+        let limit = validate::page_size("limit", q.limit, l.default_updates_page, l.max_updates_page)?;
+        let after_seq = match &q.cursor {
+            None => 0,
+            Some(c) => decode_updates_cursor(q.room_id, c)?,
+        };
+        let mut findings =
+            self.inner.store.list_findings(q.room_id, &FindingQuery::after(after_seq, limit + 1)).await?;
+        let has_more = findings.len() > limit;
+        findings.truncate(limit);
+        let last = findings.last().map_or(after_seq, |f| f.seq);
+        resolve_refs(&self.aliases(q.room_id).await?, &mut findings)?;
+        Ok(Updates { findings, cursor: updates_cursor(q.room_id, last), has_more })
+    }
+}
+
+/// The updates cursor positioned after `seq`.
+pub(crate) fn updates_cursor(room_id: RoomId, seq: u64) -> String {
+    cursor::encode("u1", &[&room_id.to_string(), &seq.to_string()])
+}
+
+fn decode_updates_cursor(room_id: RoomId, c: &str) -> Result<u64> {
+    let p = cursor::decode("cursor", "u1", c, 2)?;
+    if p[0] != room_id.to_string() {
+        return Err(Error::invalid(
+            "cursor",
+            "this cursor belongs to another room; use the cursor returned for this room, or omit it",
+        ));
+    }
+    p[1].parse().map_err(|_| Error::invalid("cursor", "malformed cursor"))
+}
+
+/// Rewrites findings' entity refs to canonical ids (merged entities resolve to their winner).
+pub(crate) fn resolve_refs(aliases: &Aliases, findings: &mut [Finding]) -> Result<()> {
+    for f in findings {
+        f.entity_refs = aliases.resolve_all(&f.entity_refs)?;
+    }
+    Ok(())
+}

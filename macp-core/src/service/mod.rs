@@ -1,0 +1,361 @@
+//! The domain service: one entry point, [`Macp`], that implements every operation behind the
+//! MCP tools and holds every domain rule.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> macp_core::Result<()> {
+//! use std::sync::Arc;
+//! use macp_core::{Macp, Principal, memory::MemoryStore};
+//! use macp_core::service::{CreateRoom, JoinRoom, PostFinding};
+//!
+//! let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build()?;
+//! let alice = Principal::new("alice@example.com")?;
+//! let room = macp.create_room(&alice, CreateRoom::new("Find why checkout 5xx spiked")).await?;
+//! let me = macp.join_room(&alice, JoinRoom::new(room.room_id)).await?;
+//! let posted = macp
+//!     .post_finding(&alice, PostFinding::new(room.room_id, me.agent_id.clone(), "p99 up since 09:40"))
+//!     .await?;
+//! assert_eq!(posted.finding.seq, 1);
+//! # Ok(()) }
+//! ```
+
+mod artifacts;
+mod context;
+mod entities;
+mod findings;
+mod rooms;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use artifacts::{ArtifactOutcome, ArtifactPage, ListArtifacts, RegisterArtifact};
+pub use context::{
+    ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, RoomContext,
+};
+pub use entities::{
+    AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
+    MergeOutcome, RelationshipOutcome,
+};
+pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery, Updates, UpdatesQuery};
+pub use rooms::{AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomPage, RoomSummary};
+
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, EntityId, RoomId, Timestamp, UserId};
+use crate::limits::{ContextCaps, Limits};
+use crate::model::{AgentSession, Room, RoomStatus};
+use crate::store::{IdempotencyClaim, IdempotencyRecord, Store, WriteOperation};
+
+/// How stale an agent's `last_active` may get before a write refreshes it.
+pub const LAST_ACTIVE_RESOLUTION_MS: i64 = 1000;
+
+/// Who is calling: the authenticated person (or the single local user when auth is off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The person; recorded on every write.
+    pub user_id: UserId,
+}
+
+impl Principal {
+    /// A principal for `user_id`.
+    pub fn new(user_id: impl Into<String>) -> Result<Self> {
+        Ok(Self { user_id: UserId::new(user_id)? })
+    }
+}
+
+/// Source of the current time, injectable for tests.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Now.
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// Builds a [`Macp`] service.
+#[derive(Debug, Default)]
+pub struct MacpBuilder {
+    store: Option<Arc<dyn Store>>,
+    limits: Limits,
+    context_caps: ContextCaps,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl MacpBuilder {
+    /// A builder with default limits and caps and no store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The backend (required).
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Input limits (default: [`Limits::default`]).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Room-context caps (default: [`ContextCaps::default`]).
+    pub fn context_caps(mut self, caps: ContextCaps) -> Self {
+        self.context_caps = caps;
+        self
+    }
+
+    /// The clock (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Builds the service.
+    pub fn build(self) -> Result<Macp> {
+        let store = self.store.ok_or_else(|| {
+            Error::invalid("store", "MacpBuilder needs a store: call .store(Arc::new(...)) before .build()")
+        })?;
+        if self.context_caps.budget_bytes < 2048 {
+            return Err(Error::invalid(
+                "context_caps.budget_bytes",
+                "the room-context budget must be at least 2048 bytes to hold the objective and totals",
+            ));
+        }
+        Ok(Macp {
+            inner: Arc::new(Inner {
+                store,
+                limits: self.limits,
+                caps: self.context_caps,
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            }),
+        })
+    }
+}
+
+/// The MACP service. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Macp {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    limits: Limits,
+    caps: ContextCaps,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for Macp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Macp").field("store", &self.inner.store.name()).finish_non_exhaustive()
+    }
+}
+
+impl Macp {
+    /// Starts building a service.
+    pub fn builder() -> MacpBuilder {
+        MacpBuilder::new()
+    }
+
+    /// The backend.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The input limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// The room-context caps in force.
+    pub fn context_caps(&self) -> &ContextCaps {
+        &self.inner.caps
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The room, or `not_found` with advice.
+    async fn room(&self, room_id: RoomId) -> Result<Room> {
+        self.inner.store.get_room(room_id).await?.ok_or_else(|| {
+            Error::not_found_hint("room", room_id, "check the room_id, or call list_rooms to see rooms")
+        })
+    }
+
+    /// The room, which must be active (writes).
+    async fn writable_room(&self, room_id: RoomId) -> Result<Room> {
+        let room = self.room(room_id).await?;
+        if room.status == RoomStatus::Closed {
+            return Err(Error::RoomClosed { room_id: room_id.to_string() });
+        }
+        Ok(room)
+    }
+
+    /// The session of the agent acting in a write: it must have joined the room and belong to
+    /// the caller.
+    async fn acting_agent(
+        &self,
+        who: &Principal,
+        room_id: RoomId,
+        agent_id: &AgentId,
+    ) -> Result<AgentSession> {
+        let session =
+            self.inner.store.get_agent(room_id, agent_id).await?.ok_or_else(|| Error::NotJoined {
+                message: format!(
+                    "agent `{agent_id}` has not joined room `{room_id}`; call join_room first, then retry"
+                ),
+            })?;
+        if session.user_id != who.user_id {
+            return Err(Error::PermissionDenied {
+                message: format!(
+                    "agent `{agent_id}` in room `{room_id}` belongs to another user; act through an agent you joined"
+                ),
+            });
+        }
+        Ok(session)
+    }
+
+    /// Records activity after a successful write. `last_active` is advisory and kept to
+    /// [`LAST_ACTIVE_RESOLUTION_MS`]: refreshing it on every write would double the commits of
+    /// a busy agent. A failure here must not turn an applied write into an error the client
+    /// would retry, so it is ignored.
+    async fn touch(&self, session: &AgentSession) {
+        let now = self.now();
+        if now.as_millis() - session.last_active.as_millis() < LAST_ACTIVE_RESOLUTION_MS {
+            return;
+        }
+        let update = crate::store::AgentUpdate { last_active: Some(now), ..Default::default() };
+        let _ = self.inner.store.update_agent(session.room_id, &session.agent_id, &update).await;
+    }
+
+    /// The alias map of a room's merged entities.
+    async fn aliases(&self, room_id: RoomId) -> Result<Aliases> {
+        Ok(Aliases::new(self.inner.store.entity_aliases(room_id).await?))
+    }
+}
+
+/// A room's merge aliases: resolves any entity id to its canonical one through `merged_into`
+/// chains, and lists the ids merged into a canonical entity.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Aliases {
+    merged_into: HashMap<EntityId, EntityId>,
+}
+
+impl Aliases {
+    pub(crate) fn new(pairs: Vec<(EntityId, EntityId)>) -> Self {
+        Self { merged_into: pairs.into_iter().collect() }
+    }
+
+    /// Follows `merged_into` to the end. The store's merge precondition (neither side merged)
+    /// makes cycles impossible; the step bound turns a corrupted store into an error instead of
+    /// a hang.
+    pub(crate) fn resolve(&self, id: EntityId) -> Result<EntityId> {
+        let mut cur = id;
+        for _ in 0..=self.merged_into.len() {
+            match self.merged_into.get(&cur) {
+                Some(next) => cur = *next,
+                None => return Ok(cur),
+            }
+        }
+        Err(Error::backend(
+            "core",
+            false,
+            format!("entity alias chain from `{id}` loops; the store is inconsistent"),
+            None,
+        ))
+    }
+
+    /// Every id (including `canonical` itself) that resolves to `canonical`.
+    pub(crate) fn members(&self, canonical: EntityId) -> Vec<EntityId> {
+        let mut out = vec![canonical];
+        for k in self.merged_into.keys() {
+            if *k != canonical && self.resolve(*k).ok() == Some(canonical) {
+                out.push(*k);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Resolves each id, deduplicating while keeping the first occurrence's position.
+    pub(crate) fn resolve_all(&self, ids: &[EntityId]) -> Result<Vec<EntityId>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let r = self.resolve(*id)?;
+            if !out.contains(&r) {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A digest of a normalised request, used to tell a retry (same payload) from a reused key
+/// (different payload).
+pub(crate) fn fingerprint<T: Serialize>(operation: WriteOperation, payload: &T) -> String {
+    digest(operation.as_str(), payload)
+}
+
+/// Hex SHA-256 of a tag and the JSON of `payload`.
+pub(crate) fn digest<T: Serialize>(tag: &str, payload: &T) -> String {
+    let mut h = Sha256::new();
+    h.update(tag.as_bytes());
+    h.update([0]);
+    // Serialising our own plain structs cannot fail; an empty payload would only make two
+    // requests compare equal if both failed, which the types rule out.
+    h.update(serde_json::to_vec(payload).unwrap_or_default());
+    let digest = h.finalize();
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Builds the idempotency claim for a write, if the request carries a key.
+pub(crate) fn claim(
+    key: Option<&String>,
+    operation: WriteOperation,
+    fingerprint: &str,
+    result_id: String,
+    at: Timestamp,
+) -> Option<IdempotencyClaim> {
+    key.map(|k| IdempotencyClaim {
+        key: k.clone(),
+        operation,
+        fingerprint: fingerprint.to_owned(),
+        result_id,
+        created_at: at,
+    })
+}
+
+/// Checks that a replayed key was first used for the same operation with the same payload.
+pub(crate) fn check_replay(
+    record: &IdempotencyRecord,
+    operation: WriteOperation,
+    fingerprint: &str,
+) -> Result<()> {
+    if record.operation != operation {
+        return Err(Error::conflict(format!(
+            "idempotency_key `{}` was already used for {} in this room; use a fresh key for each distinct write",
+            record.key,
+            record.operation.as_str()
+        )));
+    }
+    if record.fingerprint != fingerprint {
+        return Err(Error::conflict(format!(
+            "idempotency_key `{}` was already used with a different payload; a retry must repeat the \
+             request exactly, and a new write needs a fresh key",
+            record.key
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Rooms and agent presence: create, join, close, list, summary, declared status.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Macp, Principal};
+use crate::cursor;
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, RoomId, Timestamp};
+use crate::model::{AgentSession, AgentStatus, Room, RoomStatus, VisibilityMode};
+use crate::store::{AgentUpdate, Insert, RoomKey};
+use crate::validate;
+
+/// `create_room`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateRoom {
+    /// Optional human-readable label.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The stated goal (markdown). Required.
+    pub objective: String,
+    /// Room labels.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Only `full` is accepted (the default).
+    #[serde(default)]
+    pub visibility_mode: Option<VisibilityMode>,
+}
+
+impl CreateRoom {
+    /// A room with this objective.
+    pub fn new(objective: impl Into<String>) -> Self {
+        Self { objective: objective.into(), ..Self::default() }
+    }
+
+    /// With a name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// `join_room`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinRoom {
+    /// The room.
+    pub room_id: RoomId,
+    /// The agent id to join as; generated when omitted. Rejoining with the same id (same user)
+    /// is idempotent and refreshes `last_active`.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+    /// Free-form client kind (`claude-code`, `kiro`, …).
+    #[serde(default)]
+    pub agent_type: Option<String>,
+}
+
+impl JoinRoom {
+    /// Join `room_id` with a generated agent id.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, agent_id: None, agent_type: None }
+    }
+
+    /// Join as `agent_id`.
+    pub fn agent(mut self, agent_id: AgentId) -> Self {
+        self.agent_id = Some(agent_id);
+        self
+    }
+}
+
+/// `list_rooms`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListRooms {
+    /// `Some(active)`, `Some(closed)`, or `None` for all.
+    #[serde(default)]
+    pub status: Option<RoomStatus>,
+    /// Page size.
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// A page of rooms, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoomPage {
+    /// The rooms.
+    pub rooms: Vec<Room>,
+    /// Pass back as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// `declare_status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeclareStatus {
+    /// The room.
+    pub room_id: RoomId,
+    /// The declaring agent.
+    pub agent_id: AgentId,
+    /// `active`, `idle` or `blocked`.
+    pub status: AgentStatus,
+    /// Why; especially useful when blocked.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Agents by declared status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AgentCounts {
+    /// All agents that joined.
+    pub total: u64,
+    /// Declared active.
+    pub active: u64,
+    /// Declared idle.
+    pub idle: u64,
+    /// Declared blocked.
+    pub blocked: u64,
+}
+
+impl AgentCounts {
+    pub(crate) fn of(agents: &[AgentSession]) -> Self {
+        let mut c = AgentCounts { total: agents.len() as u64, ..Default::default() };
+        for a in agents {
+            match a.agent_status {
+                AgentStatus::Active => c.active += 1,
+                AgentStatus::Idle => c.idle += 1,
+                AgentStatus::Blocked => c.blocked += 1,
+            }
+        }
+        c
+    }
+}
+
+/// `get_room_summary`: aggregate status of a room.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoomSummary {
+    /// The room.
+    pub room: Room,
+    /// Agents by declared status.
+    pub agents: AgentCounts,
+    /// Number of findings.
+    pub finding_count: u64,
+    /// Number of entities (merged-away aliases not counted).
+    pub entity_count: u64,
+    /// Number of relationships.
+    pub relationship_count: u64,
+    /// Number of artifacts.
+    pub artifact_count: u64,
+    /// Findings per tag.
+    pub tag_counts: BTreeMap<String, u64>,
+    /// The latest of: last finding, last agent activity, room creation or closing.
+    pub latest_activity: Timestamp,
+}
+
+impl Macp {
+    /// Creates a room with a stated objective. Anyone authenticated may create rooms.
+    pub async fn create_room(&self, who: &Principal, req: CreateRoom) -> Result<Room> {
+        let l = &self.inner.limits;
+        let room = Room {
+            room_id: RoomId::generate(),
+            name: validate::optional_text("name", req.name.as_deref(), l.max_name_bytes)?,
+            objective: validate::required_text("objective", &req.objective, l.max_objective_bytes)?,
+            visibility_mode: req.visibility_mode.unwrap_or(VisibilityMode::Full),
+            created_at: self.now(),
+            created_by: who.user_id.clone(),
+            tags: validate::tags("tags", &req.tags, l)?,
+            status: RoomStatus::Active,
+            closed_at: None,
+            closed_by: None,
+        };
+        self.inner.store.insert_room(&room).await?;
+        Ok(room)
+    }
+
+    /// Registers an agent in a room, or refreshes it if the same user rejoins with the same
+    /// agent id. An agent id already joined by another user is `permission_denied`.
+    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
+        let l = &self.inner.limits;
+        self.writable_room(req.room_id).await?;
+        let agent_type = validate::optional_text("agent_type", req.agent_type.as_deref(), l.max_label_bytes)?;
+        let agent_id = req.agent_id.unwrap_or_else(AgentId::generate);
+        let store = &self.inner.store;
+
+        if store.get_agent(req.room_id, &agent_id).await?.is_none() {
+            let count = store.list_agents(req.room_id).await?.len();
+            if count >= l.max_agents_per_room {
+                return Err(Error::CapacityExceeded {
+                    what: "agents per room",
+                    limit: l.max_agents_per_room as u64,
+                    message: "rejoin with one of the room's existing agent ids, or ask the operator to raise max_agents_per_room".into(),
+                });
+            }
+        }
+        let now = self.now();
+        let session = AgentSession {
+            room_id: req.room_id,
+            agent_id: agent_id.clone(),
+            user_id: who.user_id.clone(),
+            joined_at: now,
+            last_active: now,
+            agent_type: agent_type.clone(),
+            agent_status: AgentStatus::Active,
+            status_reason: None,
+            status_updated_at: now,
+        };
+        match store.insert_agent(&session).await? {
+            Insert::Inserted(s) => Ok(s),
+            Insert::Existing(s) if s.user_id != who.user_id => Err(Error::PermissionDenied {
+                message: format!(
+                    "agent id `{agent_id}` in this room was joined by another user; join with a different agent_id"
+                ),
+            }),
+            Insert::Existing(_) => {
+                let update = AgentUpdate { last_active: Some(now), agent_type, status: None };
+                store
+                    .update_agent(req.room_id, &agent_id, &update)
+                    .await?
+                    .ok_or_else(|| Error::not_found("agent", &agent_id))
+            }
+        }
+    }
+
+    /// Closes a room. It stays fully readable; later writes return `room_closed`. Closing a
+    /// closed room returns it unchanged.
+    pub async fn close_room(&self, who: &Principal, room_id: RoomId) -> Result<Room> {
+        self.inner
+            .store
+            .close_room(room_id, self.now(), &who.user_id)
+            .await?
+            .ok_or_else(|| Error::not_found_hint("room", room_id, "call list_rooms to see rooms"))
+    }
+
+    /// Lists rooms, newest first, optionally filtered by status.
+    pub async fn list_rooms(&self, _who: &Principal, req: ListRooms) -> Result<RoomPage> {
+        let l = &self.inner.limits;
+        let limit = validate::page_size("limit", req.limit, l.default_page, l.max_page)?;
+        let filter = req.status.map(|s| s.as_str()).unwrap_or("all");
+        let after = match &req.cursor {
+            None => None,
+            Some(c) => {
+                let p = cursor::decode("cursor", "r1", c, 3)?;
+                if p[2] != filter {
+                    return Err(Error::invalid("cursor", "this cursor was issued for another status filter"));
+                }
+                let created_at =
+                    p[0].parse::<i64>().map_err(|_| Error::invalid("cursor", "malformed cursor"))?;
+                Some(RoomKey { created_at: Timestamp::from_millis(created_at), room_id: p[1].parse()? })
+            }
+        };
+        let mut rooms = self.inner.store.list_rooms(req.status, after, limit + 1).await?;
+        let next_cursor = if rooms.len() > limit {
+            rooms.truncate(limit);
+            rooms.last().map(|r| {
+                cursor::encode("r1", &[&r.created_at.as_millis().to_string(), &r.room_id.to_string(), filter])
+            })
+        } else {
+            None
+        };
+        Ok(RoomPage { rooms, next_cursor })
+    }
+
+    /// Aggregated status of a room: agents by declared status, counts, latest activity.
+    pub async fn room_summary(&self, _who: &Principal, room_id: RoomId) -> Result<RoomSummary> {
+        let room = self.room(room_id).await?;
+        let store = &self.inner.store;
+        let agents = store.list_agents(room_id).await?;
+        let findings = store.finding_stats(room_id).await?;
+        let entities = store.entity_stats(room_id).await?;
+        let artifact_count = store.count_artifacts(room_id).await?;
+        let latest_activity = [Some(room.created_at), room.closed_at, findings.last_created_at]
+            .into_iter()
+            .flatten()
+            .chain(agents.iter().map(|a| a.last_active))
+            .max()
+            .unwrap_or(room.created_at);
+        Ok(RoomSummary {
+            agents: AgentCounts::of(&agents),
+            finding_count: findings.total,
+            entity_count: entities.canonical,
+            relationship_count: entities.relationships,
+            artifact_count,
+            tag_counts: findings.tag_counts,
+            latest_activity,
+            room,
+        })
+    }
+
+    /// Records an agent's declared status. Advisory only: nothing in MACP is gated on it.
+    pub async fn declare_status(&self, who: &Principal, req: DeclareStatus) -> Result<AgentSession> {
+        self.writable_room(req.room_id).await?;
+        self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let reason =
+            validate::optional_text("reason", req.reason.as_deref(), self.inner.limits.max_reason_bytes)?;
+        let now = self.now();
+        let update =
+            AgentUpdate { last_active: Some(now), agent_type: None, status: Some((req.status, reason, now)) };
+        self.inner
+            .store
+            .update_agent(req.room_id, &req.agent_id, &update)
+            .await?
+            .ok_or_else(|| Error::not_found("agent", &req.agent_id))
+    }
+}

@@ -1,0 +1,172 @@
+//! The SQLite schema, created and migrated by version (`PRAGMA user_version`).
+//!
+//! Each entry of [`MIGRATIONS`] moves the schema from version `i` to `i + 1` and runs in one
+//! transaction together with the version bump, so a crash mid-migration leaves the previous
+//! version intact. Entries are append-only: never edit a released migration, add a new one.
+
+use rusqlite::Connection;
+
+/// Migration `i` upgrades a database at `user_version = i`.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the tables of the design, plus the commit sequence, tag index, FTS and idempotency.
+    r#"
+    CREATE TABLE rooms (
+        room_id         TEXT PRIMARY KEY,
+        name            TEXT,
+        objective       TEXT NOT NULL,
+        visibility_mode TEXT NOT NULL,
+        created_at      INTEGER NOT NULL,
+        created_by      TEXT NOT NULL,
+        tags            TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        closed_at       INTEGER,
+        closed_by       TEXT,
+        -- highest finding seq committed in the room; bumped inside each append transaction
+        last_seq        INTEGER NOT NULL DEFAULT 0
+    ) STRICT;
+    CREATE INDEX rooms_by_created ON rooms (created_at DESC, room_id DESC);
+
+    CREATE TABLE agent_sessions (
+        room_id           TEXT NOT NULL,
+        agent_id          TEXT NOT NULL,
+        user_id           TEXT NOT NULL,
+        joined_at         INTEGER NOT NULL,
+        last_active       INTEGER NOT NULL,
+        agent_type        TEXT,
+        agent_status      TEXT NOT NULL,
+        status_reason     TEXT,
+        status_updated_at INTEGER NOT NULL,
+        PRIMARY KEY (room_id, agent_id)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE findings (
+        id              INTEGER PRIMARY KEY,
+        room_id         TEXT NOT NULL,
+        seq             INTEGER NOT NULL,
+        finding_id      TEXT NOT NULL UNIQUE,
+        content         TEXT NOT NULL,
+        agent_id        TEXT NOT NULL,
+        user_id         TEXT NOT NULL,
+        tags            TEXT NOT NULL,
+        entity_refs     TEXT NOT NULL,
+        evidence        TEXT NOT NULL,
+        index_status    TEXT NOT NULL,
+        idempotency_key TEXT,
+        created_at      INTEGER NOT NULL,
+        UNIQUE (room_id, seq)
+    ) STRICT;
+    CREATE INDEX findings_by_agent ON findings (room_id, agent_id, seq);
+    CREATE INDEX findings_pending ON findings (index_status, created_at) WHERE index_status = 'pending';
+
+    CREATE TABLE finding_tags (
+        room_id TEXT NOT NULL,
+        tag     TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        PRIMARY KEY (room_id, tag, seq)
+    ) STRICT, WITHOUT ROWID;
+
+    -- Keyword index over content and tags, rowid = findings.id. Contentless: the findings
+    -- table is the single source of truth, hits are hydrated from it.
+    CREATE VIRTUAL TABLE findings_fts USING fts5 (content, tags, content = '');
+
+    CREATE TABLE entities (
+        room_id     TEXT NOT NULL,
+        entity_id   TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        entity_type TEXT NOT NULL,
+        identifiers TEXT NOT NULL,
+        properties  TEXT NOT NULL,
+        created_by  TEXT NOT NULL,
+        agent_id    TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        merged_into TEXT,
+        PRIMARY KEY (room_id, entity_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX entities_merged ON entities (room_id, merged_into) WHERE merged_into IS NOT NULL;
+
+    CREATE TABLE identifier_claims (
+        room_id   TEXT NOT NULL,
+        id_type   TEXT NOT NULL,
+        id_value  TEXT NOT NULL,
+        entity_id TEXT NOT NULL,
+        PRIMARY KEY (room_id, id_type, id_value)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE relationships (
+        room_id           TEXT NOT NULL,
+        source_entity_id  TEXT NOT NULL,
+        relationship_type TEXT NOT NULL,
+        target_entity_id  TEXT NOT NULL,
+        description       TEXT,
+        evidence          TEXT NOT NULL,
+        created_at        INTEGER NOT NULL,
+        agent_id          TEXT NOT NULL,
+        user_id           TEXT NOT NULL,
+        idempotency_key   TEXT,
+        PRIMARY KEY (room_id, source_entity_id, relationship_type, target_entity_id)
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX relationships_by_target ON relationships (room_id, target_entity_id);
+
+    CREATE TABLE artifacts (
+        room_id            TEXT NOT NULL,
+        artifact_id        TEXT NOT NULL,
+        key                TEXT NOT NULL,
+        content_type       TEXT NOT NULL,
+        size               INTEGER NOT NULL,
+        uploaded_by        TEXT NOT NULL,
+        agent_id           TEXT NOT NULL,
+        uploaded_at        INTEGER NOT NULL,
+        description        TEXT,
+        linked_finding_ids TEXT NOT NULL,
+        linked_entity_ids  TEXT NOT NULL,
+        idempotency_key    TEXT,
+        PRIMARY KEY (room_id, artifact_id),
+        UNIQUE (room_id, key)
+    ) STRICT;
+
+    CREATE TABLE idempotency (
+        room_id     TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        operation   TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        result_id   TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        PRIMARY KEY (room_id, key)
+    ) STRICT, WITHOUT ROWID;
+
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+    "#,
+];
+
+/// The schema version this build writes.
+pub(crate) const VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database to [`VERSION`], refusing a database written by a newer build.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if current > VERSION {
+        return Err(MigrateError::TooNew { found: current, supported: VERSION });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub(crate) enum MigrateError {
+    Sqlite(rusqlite::Error),
+    TooNew { found: i64, supported: i64 },
+}
+
+impl From<rusqlite::Error> for MigrateError {
+    fn from(e: rusqlite::Error) -> Self {
+        MigrateError::Sqlite(e)
+    }
+}

@@ -1,0 +1,218 @@
+//! # macp-testkit
+//!
+//! The conformance suite every MACP backend passes. Each rule of the domain is one
+//! `pub async fn` in [`cases`] (plus property tests in [`props`]); the
+//! [`conformance_tests!`] macro expands into one named `#[test]` per case for a backend
+//! factory, so a failure names the rule and the backend at once.
+//!
+//! ## Running the suite against a backend
+//!
+//! In the backend crate, add `macp-testkit` as a dev-dependency and create
+//! `tests/conformance.rs`:
+//!
+//! ```ignore
+//! async fn backend() -> Option<macp_testkit::Backend> {
+//!     // Return None to skip (e.g. cloud credentials absent); every case then passes as skipped.
+//!     Some(macp_testkit::Backend::new(std::sync::Arc::new(MyStore::connect().await.ok()?)))
+//! }
+//! macp_testkit::conformance_tests!(backend);
+//! ```
+//!
+//! Then `cargo test -p my-backend --test conformance`. Every case gets a fresh backend from the
+//! factory and works in rooms it creates itself.
+//!
+//! ## Writing a third backend
+//!
+//! See `GUIDE.md` next to this crate's manifest: it walks from an empty crate to a passing run.
+//! In short: implement the five store traits of `macp_core::store` and `Store`, honouring the
+//! contract written on each method (atomicity, ordering, what a lost race returns); declare
+//! only the [`Capabilities`](macp_core::Capabilities) you really have; run the suite; read the
+//! failing case's name — it is the rule you broke.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use macp_core::{Clock, Macp, Store, Timestamp};
+
+pub mod cases;
+pub mod props;
+
+#[doc(hidden)]
+pub use tokio as __tokio;
+
+/// A backend under test: a store, plus whatever must stay alive as long as it (a temporary
+/// directory, a server handle), plus an optional way to open the same data again.
+pub struct Backend {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Opens a second store on the same data (used to check durability).
+    pub reopen: Option<Arc<dyn Fn() -> Arc<dyn Store> + Send + Sync>>,
+    _guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend").field("store", &self.store.name()).finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// A backend with nothing to keep alive.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store, reopen: None, _guard: None }
+    }
+
+    /// Keeps `guard` alive as long as the backend (dropped after the case).
+    pub fn with_guard(mut self, guard: impl Any + Send + Sync) -> Self {
+        self._guard = Some(Box::new(guard));
+        self
+    }
+
+    /// Declares how to open the same data again.
+    pub fn with_reopen(mut self, reopen: impl Fn() -> Arc<dyn Store> + Send + Sync + 'static) -> Self {
+        self.reopen = Some(Arc::new(reopen));
+        self
+    }
+
+    /// A service over this backend with a [`ManualClock`], for cases that need controlled time.
+    pub fn service(&self) -> (Macp, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new());
+        let macp = Macp::builder()
+            .store(self.store.clone())
+            .clock(clock.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("building the service failed: {e}"));
+        (macp, clock)
+    }
+}
+
+/// A clock tests move by hand. Starts at 2026-01-01T00:00:00Z.
+#[derive(Debug)]
+pub struct ManualClock {
+    ms: AtomicI64,
+}
+
+impl ManualClock {
+    /// 2026-01-01T00:00:00Z.
+    pub fn new() -> Self {
+        Self { ms: AtomicI64::new(1_767_225_600_000) }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance_ms(&self, ms: i64) {
+        self.ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.ms.load(Ordering::SeqCst))
+    }
+}
+
+/// Expands into one `#[test]` per conformance case and property for a backend factory: an
+/// `async fn() -> Option<Backend>` (return `None` to skip every case, e.g. when a cloud backend
+/// has no credentials).
+///
+/// ```ignore
+/// macp_testkit::conformance_tests!(my_factory);
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:path) => {
+        $crate::__cases!(
+            $factory;
+            create_room_assigns_id_and_defaults,
+            create_room_refuses_bad_input_and_writes_nothing,
+            list_rooms_pages_newest_first_and_filters_by_status,
+            closed_room_stays_readable_and_refuses_writes,
+            close_room_is_idempotent,
+            join_room_is_idempotent_for_the_same_user,
+            agents_belong_to_the_user_who_joined_them,
+            writes_require_a_joined_agent,
+            agents_per_room_capacity_is_refused_with_its_limit,
+            status_is_advisory_and_gates_nothing,
+            post_finding_commits_pending_in_sequence_with_attribution,
+            idempotent_post_returns_first_result_and_writes_nothing,
+            idempotency_key_reused_with_other_payload_conflicts,
+            concurrent_retries_with_one_key_write_once,
+            input_limits_refuse_and_never_truncate,
+            entity_refs_must_exist_in_the_room,
+            timeline_filters_by_tag_agent_and_time_and_pages,
+            timeline_cursor_is_bound_to_room_and_filters,
+            updates_return_every_finding_once_in_commit_order,
+            updates_never_skip_or_repeat_with_concurrent_writers,
+            updates_cursor_belongs_to_its_room,
+            full_visibility_shows_every_member_the_same_record,
+            rooms_are_isolated,
+            shared_identifier_attaches_to_the_existing_entity,
+            concurrent_adds_sharing_an_identifier_yield_one_entity,
+            idempotent_add_entity_replays_the_first_result,
+            entity_limits_refuse_and_never_truncate,
+            merge_is_lazy_and_aliases_resolve_on_every_read,
+            merge_chains_resolve_without_cycles,
+            concurrent_opposite_merges_never_form_a_cycle,
+            repeated_relationship_adds_evidence_to_one_edge,
+            relationship_endpoints_must_exist_and_differ,
+            idempotent_add_relationship_replays,
+            entity_graph_walks_to_depth_and_refuses_deeper,
+            room_summary_counts_are_exact,
+            room_context_is_bounded_in_a_large_room,
+            room_context_cursor_polls_exactly_what_came_after,
+            register_artifact_checks_prefix_and_links,
+            list_artifacts_filters_by_finding_and_entity_alias,
+            idempotent_register_artifact_replays,
+            acknowledged_writes_survive_reopen,
+        );
+        $crate::__props!(
+            $factory;
+            prop_updates_never_skip_or_repeat,
+            prop_idempotent_writes_write_once,
+            prop_merges_resolve_from_any_alias,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cases {
+    ($factory:path; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                let rt = $crate::__tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(4)
+                    .enable_all()
+                    .build()
+                    .expect("tokio runtime");
+                rt.block_on(async {
+                    match $factory().await {
+                        Some(backend) => $crate::cases::$case(backend).await,
+                        None => eprintln!("skipped {}: backend not configured", stringify!($case)),
+                    }
+                });
+            }
+        )+
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __props {
+    ($factory:path; $($prop:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $prop() {
+                $crate::props::$prop(|| async { $factory().await });
+            }
+        )+
+    };
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every test of the project. This is the README's test command, and what CI runs.
+#
+#   bash scripts/test.sh
+#
+# Idempotent: safe to run again on the same machine; anything it installs is reused.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "unit, conformance (memory + sqlite) and property tests"
+cargo test --workspace --all-features
+
+step "example: an embedded investigation"
+MACP_DATA_DIR="$(mktemp -d)" cargo run --quiet -p macp-examples --example investigation >/dev/null
+echo "example ran"
+
+step "all tests passed"
