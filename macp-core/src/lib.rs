@@ -52,6 +52,7 @@ pub mod limits;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod model;
+pub mod search;
 pub mod service;
 pub mod store;
 pub mod validate;

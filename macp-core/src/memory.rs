@@ -251,6 +251,30 @@ impl FindingStore for MemoryStore {
         Ok(())
     }
 
+    async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>> {
+        interleave().await;
+        let s = self.lock();
+        let mut out: Vec<&Finding> = s
+            .findings
+            .values()
+            .flatten()
+            .filter(|f| f.index_status == IndexStatus::Pending && f.created_at < created_before)
+            .collect();
+        out.sort_by_key(|f| (f.created_at, f.finding_id));
+        Ok(out.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn mark_all_pending(&self) -> Result<u64> {
+        interleave().await;
+        let mut s = self.lock();
+        let mut n = 0;
+        for f in s.findings.values_mut().flatten() {
+            f.index_status = IndexStatus::Pending;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats> {
         interleave().await;
         let s = self.lock();

@@ -337,6 +337,13 @@ pub trait FindingStore: Send + Sync {
         status: IndexStatus,
     ) -> Result<()>;
 
+    /// Findings of any room still `pending` and created before `created_before`, oldest
+    /// first, at most `limit`: the reconciler's work list.
+    async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>>;
+
+    /// Sets every finding of every room to `pending` (the reindex path). Returns how many.
+    async fn mark_all_pending(&self) -> Result<u64>;
+
     /// Counts over the room's findings: exact, not estimates.
     async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats>;
 

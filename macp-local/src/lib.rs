@@ -25,6 +25,7 @@
 //! ```
 
 mod schema;
+mod vectors;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -153,6 +154,7 @@ impl SqliteStoreBuilder {
         Ok(SqliteStore {
             inner: Arc::new(Shared {
                 writer: Mutex::new(writer),
+                vectors: Mutex::new(vectors::VectorCache::default()),
                 readers: Mutex::new(readers),
                 path,
                 builder: self,
@@ -194,6 +196,7 @@ pub struct SqliteStore {
 
 struct Shared {
     writer: Mutex<Connection>,
+    vectors: Mutex<vectors::VectorCache>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
     builder: SqliteStoreBuilder,
@@ -676,15 +679,22 @@ impl AgentStore for SqliteStore {
     }
 }
 
-/// Turns free text into an FTS5 query that matches any of its words: each word is quoted, so
-/// FTS5 operators and punctuation in agents' queries are treated as plain text.
-fn fts_query(q: &str) -> Option<String> {
+/// The FTS token standing for a room.
+fn room_token(room_id: RoomId) -> String {
+    format!("r{}", room_id.to_string().replace('-', ""))
+}
+
+/// Turns free text into an FTS5 query, confined to one room, that matches any of its words:
+/// each word is quoted, so FTS5 operators and punctuation in agents' queries are plain text.
+fn fts_query(room_id: RoomId, q: &str) -> Option<String> {
     let words: Vec<String> = q
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(|w| format!("\"{}\"", w.to_lowercase()))
         .collect();
-    (!words.is_empty()).then(|| words.join(" OR "))
+    (!words.is_empty()).then(|| {
+        format!("room : \"{}\" AND {{content tags}} : ({})", room_token(room_id), words.join(" OR "))
+    })
 }
 
 #[async_trait]
@@ -734,8 +744,8 @@ impl FindingStore for SqliteStore {
                 .map_err(sql_err)?;
             }
             tx.execute(
-                "INSERT INTO findings_fts (rowid, content, tags) VALUES (?, ?, ?)",
-                params![rowid, f.content, f.tags.join(" ")],
+                "INSERT INTO findings_fts (rowid, room, content, tags) VALUES (?, ?, ?, ?)",
+                params![rowid, room_token(f.room_id), f.content, f.tags.join(" ")],
             )
             .map_err(sql_err)?;
             record_claim(&tx, &room, claim.as_ref())?;
@@ -825,6 +835,31 @@ impl FindingStore for SqliteStore {
         .await
     }
 
+    async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>> {
+        self.read(move |c| {
+            let sql = format!(
+                "SELECT {FINDING_COLS} FROM findings WHERE index_status = 'pending' AND created_at < ?
+                 ORDER BY created_at, finding_id LIMIT ?"
+            );
+            query_all(
+                c,
+                &sql,
+                &[SqlValue::Integer(created_before.as_millis()), SqlValue::Integer(limit as i64)],
+                finding_from_row,
+            )
+        })
+        .await
+    }
+
+    async fn mark_all_pending(&self) -> Result<u64> {
+        self.write(|c| {
+            c.execute("UPDATE findings SET index_status = 'pending' WHERE index_status <> 'pending'", [])
+                .map(|n| n as u64)
+                .map_err(sql_err)
+        })
+        .await
+    }
+
     async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats> {
         self.read(move |c| {
             let room = room_id.to_string();
@@ -858,11 +893,11 @@ impl FindingStore for SqliteStore {
     }
 
     async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<Vec<KeywordHit>> {
-        let Some(fts) = fts_query(query) else { return Ok(Vec::new()) };
+        let Some(fts) = fts_query(room_id, query) else { return Ok(Vec::new()) };
         self.read(move |c| {
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT f.finding_id, bm25(findings_fts) AS rank
+                    "SELECT f.finding_id, rank
                      FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid
                      WHERE findings_fts MATCH ? AND f.room_id = ?
                      ORDER BY rank LIMIT ?",

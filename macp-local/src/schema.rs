@@ -66,8 +66,19 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ) STRICT, WITHOUT ROWID;
 
     -- Keyword index over content and tags, rowid = findings.id. Contentless: the findings
-    -- table is the single source of truth, hits are hydrated from it.
-    CREATE VIRTUAL TABLE findings_fts USING fts5 (content, tags, content = '');
+    -- table is the single source of truth, hits are hydrated from it. `room` holds one token
+    -- per room (`r` + the room id's hex digits) so a query is confined to its room inside FTS5.
+    CREATE VIRTUAL TABLE findings_fts USING fts5 (room, content, tags, content = '');
+
+    -- Finding vectors (f32 little-endian), the durable half of the vector index.
+    CREATE TABLE finding_vectors (
+        room_id    TEXT NOT NULL,
+        finding_id TEXT NOT NULL,
+        agent_id   TEXT NOT NULL,
+        tags       TEXT NOT NULL,
+        vector     BLOB NOT NULL,
+        PRIMARY KEY (room_id, finding_id)
+    ) STRICT, WITHOUT ROWID;
 
     CREATE TABLE entities (
         room_id     TEXT NOT NULL,

@@ -224,7 +224,10 @@ impl Macp {
             claim(key.as_ref(), WriteOperation::PostFinding, &print, finding.finding_id.to_string(), now);
         let outcome = self.inner.store.append_finding(&finding, claim.as_ref()).await?;
         let (stored, replayed) = match outcome {
-            Write::Applied(f) => (f, false),
+            Write::Applied(mut f) => {
+                self.index_after_post(&mut f).await;
+                (f, false)
+            }
             Write::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::PostFinding, &print)?;
                 let id: FindingId = rec.result_id.parse()?;

@@ -24,6 +24,7 @@ mod context;
 mod entities;
 mod findings;
 mod rooms;
+mod search;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,11 +43,13 @@ pub use entities::{
 };
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery, Updates, UpdatesQuery};
 pub use rooms::{AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomPage, RoomSummary};
+pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, RoomId, Timestamp, UserId};
 use crate::limits::{ContextCaps, Limits};
 use crate::model::{AgentSession, Room, RoomStatus};
+use crate::search::{Embedder, VectorIndex};
 use crate::store::{IdempotencyClaim, IdempotencyRecord, Store, WriteOperation};
 
 /// How stale an agent's `last_active` may get before a write refreshes it.
@@ -89,6 +92,9 @@ pub struct MacpBuilder {
     limits: Limits,
     context_caps: ContextCaps,
     clock: Option<Arc<dyn Clock>>,
+    embedder: Option<Arc<dyn Embedder>>,
+    index: Option<Arc<dyn VectorIndex>>,
+    search: SearchConfig,
 }
 
 impl MacpBuilder {
@@ -121,6 +127,25 @@ impl MacpBuilder {
         self
     }
 
+    /// The embedder for semantic search (needs [`vector_index`](Self::vector_index) too).
+    /// Without both, search is keyword-only and findings stay `pending`.
+    pub fn embedder(mut self, embedder: Arc<dyn Embedder>) -> Self {
+        self.embedder = Some(embedder);
+        self
+    }
+
+    /// The vector index for semantic search (needs [`embedder`](Self::embedder) too).
+    pub fn vector_index(mut self, index: Arc<dyn VectorIndex>) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// Search settings (default: [`SearchConfig::default`]).
+    pub fn search_config(mut self, config: SearchConfig) -> Self {
+        self.search = config;
+        self
+    }
+
     /// Builds the service.
     pub fn build(self) -> Result<Macp> {
         let store = self.store.ok_or_else(|| {
@@ -132,8 +157,19 @@ impl MacpBuilder {
                 "the room-context budget must be at least 2048 bytes to hold the objective and totals",
             ));
         }
+        let search = match (self.embedder, self.index) {
+            (Some(e), Some(i)) => Some(search::Search::new(e, i, self.search)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::invalid(
+                    "vector_index",
+                    "semantic search needs both an embedder and a vector index; configure both or neither",
+                ));
+            }
+        };
         Ok(Macp {
             inner: Arc::new(Inner {
+                search,
                 store,
                 limits: self.limits,
                 caps: self.context_caps,
@@ -151,6 +187,7 @@ pub struct Macp {
 
 struct Inner {
     store: Arc<dyn Store>,
+    search: Option<search::Search>,
     limits: Limits,
     caps: ContextCaps,
     clock: Arc<dyn Clock>,

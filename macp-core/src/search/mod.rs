@@ -1,0 +1,161 @@
+//! Semantic and keyword search over findings.
+//!
+//! Two seams, each a small trait with a contract:
+//! - [`Embedder`]: text to vectors (batch), with a stable model id and dimension. The built-in
+//!   static model ([`builtin`], feature `builtin-embedder`) works offline with no setup; any
+//!   OpenAI-compatible `/v1/embeddings` endpoint ([`openai`], feature `openai-embedder`) and
+//!   Bedrock Titan (in `macp-aws`) plug in the same way.
+//! - [`VectorIndex`]: the design's S3 Vectors seam — upsert, delete, top-k query filtered by
+//!   room and tags. It records which model built it; the service refuses to mix models.
+//!
+//! The service ([`crate::Macp::search_findings`]) fuses semantic evidence from the index with
+//! keyword (BM25) evidence from the store, then hydrates every hit from the store, which stays
+//! the single source of truth. See [`fusion`] for how the two rankings are combined.
+
+pub mod fusion;
+#[cfg(feature = "memory")]
+pub mod memory_index;
+#[cfg(feature = "openai-embedder")]
+pub mod openai;
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, FindingId, RoomId};
+
+/// Turns text into vectors.
+///
+/// # Contract
+/// - `embed` returns exactly one vector per input, in input order, each of length
+///   [`dimension`](Embedder::dimension), L2-normalised (so cosine similarity is a dot product).
+/// - The same text embeds to the same vector for the same [`model_id`](Embedder::model_id).
+///   A change that alters vectors must change the model id: indexes are bound to it.
+/// - Failures are `Error::Backend` (retryable for transient transport errors); a failed call
+///   returns no partial result.
+#[async_trait]
+pub trait Embedder: Send + Sync + Debug {
+    /// Stable id of the model (and its configuration) that produced the vectors.
+    fn model_id(&self) -> &str;
+
+    /// Length of every vector.
+    fn dimension(&self) -> usize;
+
+    /// Embeds a batch of texts.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// The model an index was built with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexModel {
+    /// [`Embedder::model_id`].
+    pub model_id: String,
+    /// [`Embedder::dimension`].
+    pub dimension: usize,
+}
+
+/// A finding's vector and the attributes it can be filtered by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorRecord {
+    /// The room (queries never cross rooms).
+    pub room_id: RoomId,
+    /// The key.
+    pub finding_id: FindingId,
+    /// Filterable tags.
+    pub tags: Vec<String>,
+    /// Filterable author.
+    pub agent_id: AgentId,
+    /// The embedding.
+    pub vector: Vec<f32>,
+}
+
+/// Which records a query may return. Filters combine with AND; `tags_any` matches a record
+/// with at least one of the tags.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VectorFilter {
+    /// Only records carrying one of these tags.
+    pub tags_any: Vec<String>,
+    /// Only records by this agent.
+    pub agent_id: Option<AgentId>,
+}
+
+/// One query result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorHit {
+    /// The finding.
+    pub finding_id: FindingId,
+    /// Cosine similarity, higher is closer.
+    pub score: f32,
+}
+
+/// Stores finding vectors and answers nearest-neighbour queries within a room.
+///
+/// # Contract
+/// - [`upsert`](VectorIndex::upsert) is idempotent per `(room_id, finding_id)`: writing the same
+///   finding twice leaves one record (the last write). A batch is applied whole or not at all.
+/// - [`query`](VectorIndex::query) returns at most `k` records of `room_id` matching the filter,
+///   best first by cosine similarity (ties by finding id), and never a record of another room.
+///   Reads see every upsert that returned before the read began.
+/// - The index is bound to one [`IndexModel`]: [`model`](VectorIndex::model) returns it (or
+///   `None` for a fresh index), [`bind`](VectorIndex::bind) sets it on a fresh index and fails
+///   with `conflict` if another model is bound, and [`reset`](VectorIndex::reset) drops every
+///   vector and rebinds (the `reindex` path).
+#[async_trait]
+pub trait VectorIndex: Send + Sync + Debug {
+    /// Short name for errors and logs.
+    fn name(&self) -> &'static str;
+
+    /// The model the index is bound to, if any.
+    async fn model(&self) -> Result<Option<IndexModel>>;
+
+    /// Binds a fresh index to `model`; `conflict` if bound to another; no-op if the same.
+    async fn bind(&self, model: &IndexModel) -> Result<()>;
+
+    /// Drops every vector and binds the index to `model`.
+    async fn reset(&self, model: &IndexModel) -> Result<()>;
+
+    /// Inserts or replaces records.
+    async fn upsert(&self, records: &[VectorRecord]) -> Result<()>;
+
+    /// Removes records (absent ids are ignored).
+    async fn delete(&self, room_id: RoomId, ids: &[FindingId]) -> Result<()>;
+
+    /// The `k` nearest records of a room.
+    async fn query(
+        &self,
+        room_id: RoomId,
+        vector: &[f32],
+        k: usize,
+        filter: &VectorFilter,
+    ) -> Result<Vec<VectorHit>>;
+
+    /// Number of records stored for a room.
+    async fn count(&self, room_id: RoomId) -> Result<u64>;
+}
+
+/// Scales `v` to unit length in place (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n > 0.0 {
+        for x in v {
+            *x /= n;
+        }
+    }
+}
+
+/// Dot product.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `conflict` naming both models, with the way out.
+pub fn model_mismatch(bound: &IndexModel, wanted: &IndexModel) -> Error {
+    Error::conflict(format!(
+        "the vector index was built with model `{}` (dimension {}), but this server embeds with `{}` \
+         (dimension {}); run `macp reindex` to rebuild the index with the current model, or configure \
+         the original embedder",
+        bound.model_id, bound.dimension, wanted.model_id, wanted.dimension
+    ))
+}

@@ -1,0 +1,404 @@
+//! Hybrid search and the indexing write protocol.
+//!
+//! # Write protocol
+//! `post_finding` commits the finding as `pending` first (the store is the source of truth),
+//! then embeds it, upserts its vector and flips it to `indexed`. If embedding or indexing fails
+//! the post still succeeds and the finding stays `pending`: it is findable by its words at once,
+//! and the reconciler ([`Macp::reconcile`], run periodically by [`Macp::start_reconciler`])
+//! indexes it later. An in-process set of findings being indexed keeps the inline path and the
+//! reconciler from indexing the same finding twice; the upsert is idempotent besides, so even
+//! two processes racing leave exactly one vector per finding.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::OnceCell;
+
+use super::findings::resolve_refs;
+use super::{Macp, Principal};
+use crate::error::{Error, Result};
+use crate::ids::{AgentId, FindingId, RoomId};
+use crate::model::{Finding, IndexStatus};
+use crate::search::fusion::{FusionConfig, fuse};
+use crate::search::{Embedder, IndexModel, VectorFilter, VectorIndex, VectorRecord, model_mismatch};
+use crate::validate;
+
+/// Search settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct SearchConfig {
+    /// Results returned when the caller gives no limit.
+    pub default_results: usize,
+    /// Most results a caller may ask for.
+    pub max_results: usize,
+    /// Candidates taken from each of the semantic and keyword rankings before fusion.
+    pub candidates: usize,
+    /// Longest query, in bytes.
+    pub max_query_bytes: usize,
+    /// How the rankings are fused.
+    pub fusion: FusionConfig,
+    /// A pending finding younger than this is left to the inline indexing path.
+    pub reconcile_grace: Duration,
+    /// Findings embedded per reconciler batch.
+    pub reconcile_batch: usize,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self {
+            default_results: 10,
+            max_results: 50,
+            candidates: 200,
+            max_query_bytes: 1024,
+            fusion: FusionConfig::default(),
+            reconcile_grace: Duration::from_secs(5),
+            reconcile_batch: 64,
+        }
+    }
+}
+
+/// The search parts of a service: embedder, index, settings, and bookkeeping.
+pub(crate) struct Search {
+    pub(crate) embedder: Arc<dyn Embedder>,
+    pub(crate) index: Arc<dyn VectorIndex>,
+    pub(crate) config: SearchConfig,
+    verified: OnceCell<()>,
+    in_flight: Mutex<HashSet<FindingId>>,
+}
+
+impl Search {
+    pub(crate) fn new(
+        embedder: Arc<dyn Embedder>,
+        index: Arc<dyn VectorIndex>,
+        config: SearchConfig,
+    ) -> Self {
+        Self { embedder, index, config, verified: OnceCell::new(), in_flight: Mutex::new(HashSet::new()) }
+    }
+
+    fn model(&self) -> IndexModel {
+        IndexModel { model_id: self.embedder.model_id().to_owned(), dimension: self.embedder.dimension() }
+    }
+
+    /// Claims findings for indexing; returns those not already in flight.
+    fn claim(&self, ids: impl IntoIterator<Item = FindingId>) -> Vec<FindingId> {
+        let mut set = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        ids.into_iter().filter(|id| set.insert(*id)).collect()
+    }
+
+    fn release(&self, ids: &[FindingId]) {
+        let mut set = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            set.remove(id);
+        }
+    }
+}
+
+/// `search_findings`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchFindings {
+    /// The room.
+    pub room_id: RoomId,
+    /// What you are looking for, in your own words.
+    pub query: String,
+    /// Most results (default 10).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Only findings carrying at least one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Only findings by this agent.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl SearchFindings {
+    /// A search of `room_id` for `query`.
+    pub fn new(room_id: RoomId, query: impl Into<String>) -> Self {
+        Self { room_id, query: query.into(), limit: None, tags: Vec::new(), agent_id: None }
+    }
+}
+
+/// One search result: the finding as stored, its fused score, and what matched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchHit {
+    /// The finding (from the store, refs resolved).
+    pub finding: Finding,
+    /// Fused relevance, higher is better (comparable within one response only).
+    pub score: f64,
+    /// Rank among semantic matches, if it was one.
+    pub semantic_rank: Option<usize>,
+    /// Rank among keyword matches, if it was one.
+    pub keyword_rank: Option<usize>,
+}
+
+/// The result of `search_findings`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResults {
+    /// Best first.
+    pub results: Vec<SearchHit>,
+    /// False when semantic search was unavailable for this query (no embedder configured, or it
+    /// failed): results then come from keyword matching alone.
+    pub semantic: bool,
+}
+
+/// What one reconciler pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    /// Findings indexed by this pass.
+    pub indexed: u64,
+    /// Findings that failed to index (left pending for the next pass).
+    pub failed: u64,
+    /// The last error, if any failed.
+    pub last_error: Option<String>,
+}
+
+/// A running background reconciler; stops when dropped.
+#[derive(Debug)]
+pub struct ReconcilerHandle {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ReconcilerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Macp {
+    fn search_parts(&self) -> Option<&Search> {
+        self.inner.search.as_ref()
+    }
+
+    /// Checks that the vector index was built with this service's embedder, binding a fresh
+    /// index to it. A mismatch is a `conflict` naming both models and the `reindex` way out.
+    /// Called lazily before the first indexing or search; servers call it at start-up to fail
+    /// fast.
+    pub async fn verify_index(&self) -> Result<()> {
+        let Some(s) = self.search_parts() else { return Ok(()) };
+        s.verified
+            .get_or_try_init(|| async {
+                let wanted = s.model();
+                match s.index.model().await? {
+                    Some(bound) if bound != wanted => Err(model_mismatch(&bound, &wanted)),
+                    Some(_) => Ok(()),
+                    None => s.index.bind(&wanted).await,
+                }
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Embeds and indexes findings, then flips them to `indexed`. Returns the ids indexed.
+    async fn index_findings(&self, findings: &[Finding]) -> Result<Vec<FindingId>> {
+        let Some(s) = self.search_parts() else { return Ok(Vec::new()) };
+        self.verify_index().await?;
+        let claimed = s.claim(findings.iter().map(|f| f.finding_id));
+        let batch: Vec<&Finding> = findings.iter().filter(|f| claimed.contains(&f.finding_id)).collect();
+        let result = async {
+            if batch.is_empty() {
+                return Ok(Vec::new());
+            }
+            let texts: Vec<String> = batch.iter().map(|f| f.content.clone()).collect();
+            let vectors = s.embedder.embed(&texts).await?;
+            if vectors.len() != batch.len() {
+                return Err(Error::backend(
+                    "embedder",
+                    false,
+                    format!("embedder returned {} vectors for {} texts", vectors.len(), batch.len()),
+                    None,
+                ));
+            }
+            let records: Vec<VectorRecord> = batch
+                .iter()
+                .zip(vectors)
+                .map(|(f, vector)| VectorRecord {
+                    room_id: f.room_id,
+                    finding_id: f.finding_id,
+                    tags: f.tags.clone(),
+                    agent_id: f.agent_id.clone(),
+                    vector,
+                })
+                .collect();
+            s.index.upsert(&records).await?;
+            let mut done = Vec::with_capacity(batch.len());
+            for f in &batch {
+                self.inner.store.set_index_status(f.room_id, f.finding_id, IndexStatus::Indexed).await?;
+                done.push(f.finding_id);
+            }
+            Ok(done)
+        }
+        .await;
+        s.release(&claimed);
+        result
+    }
+
+    /// The inline half of the write protocol: best effort, never fails the post.
+    pub(crate) async fn index_after_post(&self, finding: &mut Finding) {
+        if self.search_parts().is_none() {
+            return;
+        }
+        if let Ok(done) = self.index_findings(std::slice::from_ref(finding)).await
+            && done.contains(&finding.finding_id)
+        {
+            finding.index_status = IndexStatus::Indexed;
+        }
+    }
+
+    /// One reconciler pass: indexes pending findings older than the grace period, in batches,
+    /// until none are left or `max` were attempted. Failures leave findings pending for the
+    /// next pass.
+    pub async fn reconcile(&self, max: usize) -> Result<ReconcileReport> {
+        let Some(s) = self.search_parts() else { return Ok(ReconcileReport::default()) };
+        self.verify_index().await?;
+        let mut report = ReconcileReport::default();
+        let mut attempted = 0usize;
+        let mut skip: HashSet<FindingId> = HashSet::new();
+        while attempted < max {
+            let before = self.now().plus_millis(-(s.config.reconcile_grace.as_millis() as i64));
+            let want = s.config.reconcile_batch.min(max - attempted);
+            let pending: Vec<Finding> = self
+                .inner
+                .store
+                .pending_findings(before, want + skip.len())
+                .await?
+                .into_iter()
+                .filter(|f| !skip.contains(&f.finding_id))
+                .take(want)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            attempted += pending.len();
+            match self.index_findings(&pending).await {
+                Ok(done) => {
+                    report.indexed += done.len() as u64;
+                    // Findings another path holds in flight are skipped this pass.
+                    skip.extend(pending.iter().map(|f| f.finding_id).filter(|id| !done.contains(id)));
+                }
+                Err(e) => {
+                    report.failed += pending.len() as u64;
+                    report.last_error = Some(e.to_string());
+                    skip.extend(pending.iter().map(|f| f.finding_id));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs [`reconcile`](Macp::reconcile) every `every` in the background until the handle is
+    /// dropped. Must be called inside a tokio runtime.
+    pub fn start_reconciler(&self, every: Duration) -> ReconcilerHandle {
+        let macp = self.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // Errors are reported by the next explicit reconcile; the loop keeps going.
+                let _ = macp.reconcile(10_000).await;
+            }
+        });
+        ReconcilerHandle { task }
+    }
+
+    /// Rebuilds the vector index with this service's embedder: drops every vector, marks every
+    /// finding pending, and reconciles until all are indexed. Returns the findings indexed.
+    pub async fn reindex(&self) -> Result<ReconcileReport> {
+        let Some(s) = self.search_parts() else {
+            return Err(Error::invalid(
+                "embedder",
+                "reindex needs an embedder and a vector index configured",
+            ));
+        };
+        s.index.reset(&s.model()).await?;
+        self.inner.store.mark_all_pending().await?;
+        let mut total = ReconcileReport::default();
+        loop {
+            let before = self.now().plus_millis(1);
+            let pending = self.inner.store.pending_findings(before, s.config.reconcile_batch).await?;
+            if pending.is_empty() {
+                break;
+            }
+            match self.index_findings(&pending).await {
+                Ok(done) if !done.is_empty() => total.indexed += done.len() as u64,
+                Ok(_) => break,
+                Err(e) => {
+                    total.failed += pending.len() as u64;
+                    total.last_error = Some(e.to_string());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// Finds findings by meaning and by words, fused, hydrated from the store, within one room.
+    pub async fn search_findings(&self, _who: &Principal, q: SearchFindings) -> Result<SearchResults> {
+        let l = &self.inner.limits;
+        self.room(q.room_id).await?;
+        let cfg = self.search_parts().map(|s| s.config.clone()).unwrap_or_default();
+        let query = validate::required_text("query", &q.query, cfg.max_query_bytes)?;
+        let limit = validate::page_size("limit", q.limit, cfg.default_results, cfg.max_results)?;
+        let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
+        let filter = VectorFilter { tags_any: tags.clone(), agent_id: q.agent_id.clone() };
+        let filtered = !tags.is_empty() || q.agent_id.is_some();
+
+        let mut semantic = Vec::new();
+        let mut semantic_ok = false;
+        if let Some(s) = self.search_parts() {
+            let vector = async {
+                self.verify_index().await?;
+                let mut v = s.embedder.embed(std::slice::from_ref(&query)).await?;
+                v.pop().ok_or_else(|| Error::backend("embedder", true, "embedder returned no vector", None))
+            }
+            .await;
+            // A failing embedder degrades search to keywords rather than failing it.
+            if let Ok(v) = vector {
+                semantic = s.index.query(q.room_id, &v, cfg.candidates, &filter).await?;
+                semantic_ok = true;
+            }
+        }
+        let keyword = if self.inner.store.capabilities().keyword_search {
+            // Filters apply after hydration, so widen the keyword pool when filtering.
+            let k = if filtered { cfg.candidates * 4 } else { cfg.candidates };
+            self.inner.store.keyword_search(q.room_id, &query, k).await?
+        } else {
+            Vec::new()
+        };
+        let sem: Vec<(FindingId, f32)> = semantic.iter().map(|h| (h.finding_id, h.score)).collect();
+        let kw: Vec<(FindingId, f64)> = keyword.iter().map(|h| (h.finding_id, h.score)).collect();
+        let fused = fuse(&sem, &kw, &cfg.fusion);
+
+        let mut results = Vec::with_capacity(limit);
+        let aliases = self.aliases(q.room_id).await?;
+        for chunk in fused.chunks(limit.max(16)) {
+            let ids: Vec<FindingId> = chunk.iter().map(|f| f.finding_id).collect();
+            let mut found = self.inner.store.get_findings(q.room_id, &ids).await?;
+            resolve_refs(&aliases, &mut found)?;
+            for f in chunk {
+                let Some(finding) = found.iter().find(|x| x.finding_id == f.finding_id) else { continue };
+                if !tags.is_empty() && !finding.tags.iter().any(|t| tags.contains(t)) {
+                    continue;
+                }
+                if q.agent_id.as_ref().is_some_and(|a| &finding.agent_id != a) {
+                    continue;
+                }
+                results.push(SearchHit {
+                    finding: finding.clone(),
+                    score: f.score,
+                    semantic_rank: f.semantic_rank,
+                    keyword_rank: f.keyword_rank,
+                });
+                if results.len() == limit {
+                    break;
+                }
+            }
+            if results.len() == limit {
+                break;
+            }
+        }
+        Ok(SearchResults { results, semantic: semantic_ok })
+    }
+}
