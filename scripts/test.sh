@@ -16,4 +16,8 @@ step "example: an embedded investigation"
 MACP_DATA_DIR="$(mktemp -d)" cargo run --quiet -p macp-examples --example investigation >/dev/null
 echo "example ran"
 
+step "end-to-end: the macp server with real MCP clients"
+cargo build --quiet -p macp-mcp --bin macp
+bash scripts/e2e.sh
+
 step "all tests passed"

@@ -221,6 +221,7 @@ impl Error {
 
 /// The wire shape of an error: `{code, message, retryable, limit?, field?}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ErrorBody {
     /// Stable code, see [`Error::code`].
     pub code: &'static str,

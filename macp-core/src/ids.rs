@@ -370,3 +370,34 @@ mod tests {
         assert!("nope".parse::<FindingId>().is_err());
     }
 }
+
+#[cfg(feature = "schemars")]
+mod schema {
+    use std::borrow::Cow;
+
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    macro_rules! string_schema {
+        ($ty:ty, $name:literal, $schema:tt) => {
+            impl JsonSchema for $ty {
+                fn inline_schema() -> bool {
+                    true
+                }
+                fn schema_name() -> Cow<'static, str> {
+                    Cow::Borrowed($name)
+                }
+                fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                    json_schema!($schema)
+                }
+            }
+        };
+    }
+
+    string_schema!(super::RoomId, "RoomId", {"type": "string", "format": "uuid", "description": "A room id (UUID)."});
+    string_schema!(super::FindingId, "FindingId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "A finding id (ULID)."});
+    string_schema!(super::EntityId, "EntityId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "An entity id (ULID)."});
+    string_schema!(super::ArtifactId, "ArtifactId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "An artifact id (ULID)."});
+    string_schema!(super::AgentId, "AgentId", {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._-]+$", "description": "An agent id, unique within a room."});
+    string_schema!(super::UserId, "UserId", {"type": "string", "minLength": 1, "maxLength": 256, "description": "The person behind an action."});
+    string_schema!(super::Timestamp, "Timestamp", {"type": "string", "format": "date-time", "description": "RFC 3339 time, UTC."});
+}

@@ -31,6 +31,7 @@ use serde::Serialize;
 
 /// Input limits and page sizes. Construct with [`Limits::default`] and adjust fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Limits {
     /// Finding content, in UTF-8 bytes.
@@ -116,6 +117,7 @@ impl Default for Limits {
 
 /// Caps of the bounded room context (`get_room_context`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ContextCaps {
     /// The N most recent findings.

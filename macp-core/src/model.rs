@@ -14,6 +14,7 @@ macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }, $field:literal) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $($(#[$vdoc])* $variant),+
@@ -142,6 +143,7 @@ wire_enum!(
 
 /// A collaboration room: one investigation with a stated objective.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Room {
     /// Primary key.
     pub room_id: RoomId,
@@ -169,6 +171,7 @@ pub struct Room {
 
 /// An agent's presence in a room.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AgentSession {
     /// The room.
     pub room_id: RoomId,
@@ -192,6 +195,7 @@ pub struct AgentSession {
 
 /// A typed, free-form pointer to proof. Artifact linkage is not enforced, by design.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Evidence {
     /// What kind of proof.
     pub kind: EvidenceKind,
@@ -208,6 +212,7 @@ pub struct Evidence {
 
 /// One thing an agent learned, posted to the room.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Finding {
     /// The room.
     pub room_id: RoomId,
@@ -240,6 +245,7 @@ pub struct Finding {
 /// A typed identifier such as `{type: hostname, value: ip-10-0-1-7}`. Entities sharing an
 /// identifier are the same entity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Identifier {
     /// Identifier type, normalised to lowercase `[a-z0-9_]` (`hostname`, `arn`, `ad_guid`).
     #[serde(rename = "type")]
@@ -250,6 +256,7 @@ pub struct Identifier {
 
 /// Something in the investigation: a service, person, event or resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Entity {
     /// The room.
     pub room_id: RoomId,
@@ -277,6 +284,7 @@ pub struct Entity {
 
 /// A directed, typed edge between two entities.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Relationship {
     /// The room.
     pub room_id: RoomId,
@@ -304,6 +312,7 @@ pub struct Relationship {
 
 /// Metadata of a file attached to the room (the bytes live in the artifact store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Artifact {
     /// The room.
     pub room_id: RoomId,

@@ -8,6 +8,7 @@ use crate::ids::FindingId;
 
 /// How the two rankings are fused.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct FusionConfig {
     /// Reciprocal-rank constant.

@@ -12,6 +12,8 @@
 //! keyword (BM25) evidence from the store, then hydrates every hit from the store, which stays
 //! the single source of truth. See [`fusion`] for how the two rankings are combined.
 
+#[cfg(feature = "builtin-embedder")]
+pub mod builtin;
 pub mod fusion;
 #[cfg(feature = "memory")]
 pub mod memory_index;
@@ -49,6 +51,7 @@ pub trait Embedder: Send + Sync + Debug {
 
 /// The model an index was built with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct IndexModel {
     /// [`Embedder::model_id`].
     pub model_id: String,

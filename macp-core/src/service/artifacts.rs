@@ -22,6 +22,7 @@ pub fn room_prefix(room_id: RoomId) -> String {
 
 /// `register_artifact`: records metadata of an uploaded object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RegisterArtifact {
     /// The room.
     pub room_id: RoomId,
@@ -49,6 +50,7 @@ pub struct RegisterArtifact {
 
 /// The result of `register_artifact`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ArtifactOutcome {
     /// The stored metadata.
     pub artifact: Artifact,
@@ -58,6 +60,7 @@ pub struct ArtifactOutcome {
 
 /// `list_artifacts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ListArtifacts {
     /// The room.
     pub room_id: RoomId,
@@ -77,6 +80,7 @@ pub struct ListArtifacts {
 
 /// A page of artifacts, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ArtifactPage {
     /// The artifacts.
     pub artifacts: Vec<Artifact>,

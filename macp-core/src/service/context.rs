@@ -16,6 +16,7 @@ use crate::store::FindingQuery;
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit
 /// marker when it was.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ContextFinding {
     /// Id (read it whole with get_timeline).
     pub finding_id: FindingId,
@@ -43,6 +44,7 @@ pub struct ContextFinding {
 
 /// The most recent findings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ContextFindings {
     /// Findings in the room.
     pub total: u64,
@@ -54,6 +56,7 @@ pub struct ContextFindings {
 
 /// An entity as shown in the context.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ContextEntity {
     /// Canonical id.
     pub entity_id: EntityId,
@@ -70,6 +73,7 @@ pub struct ContextEntity {
 
 /// The best-connected entities.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ContextEntities {
     /// Entities in the room (merged aliases not counted).
     pub total: u64,
@@ -83,6 +87,7 @@ pub struct ContextEntities {
 
 /// Who is in the room and what they declared.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ContextAgents {
     /// Counts by declared status.
     pub counts: AgentCounts,
@@ -94,6 +99,7 @@ pub struct ContextAgents {
 
 /// `get_room_context`: a bounded snapshot for a fresh agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RoomContext {
     /// The room, with its objective.
     pub room: Room,

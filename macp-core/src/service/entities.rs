@@ -16,6 +16,7 @@ use crate::validate;
 /// `add_entity`: create an entity, or attach to the one that already holds one of its
 /// identifiers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AddEntity {
     /// The room.
     pub room_id: RoomId,
@@ -72,6 +73,7 @@ impl AddEntity {
 
 /// The result of `add_entity`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct EntityOutcome {
     /// The canonical entity, as it is now.
     pub entity: Entity,
@@ -90,6 +92,7 @@ pub struct EntityOutcome {
 
 /// `add_relationship`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AddRelationship {
     /// The room.
     pub room_id: RoomId,
@@ -136,6 +139,7 @@ impl AddRelationship {
 
 /// The result of `add_relationship`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RelationshipOutcome {
     /// The edge as stored, endpoints resolved to canonical ids.
     pub relationship: Relationship,
@@ -147,6 +151,7 @@ pub struct RelationshipOutcome {
 
 /// `merge_entities`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MergeEntities {
     /// The room.
     pub room_id: RoomId,
@@ -160,6 +165,7 @@ pub struct MergeEntities {
 
 /// The result of `merge_entities`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct MergeOutcome {
     /// The canonical entity after the merge, with its aliases.
     pub entity: GraphEntity,
@@ -169,6 +175,7 @@ pub struct MergeOutcome {
 
 /// `get_entity_graph`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct GraphQuery {
     /// The room.
     pub room_id: RoomId,
@@ -182,6 +189,7 @@ pub struct GraphQuery {
 
 /// An entity in a graph read: canonical, with the ids merged into it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct GraphEntity {
     /// The entity.
     #[serde(flatten)]
@@ -194,6 +202,7 @@ pub struct GraphEntity {
 
 /// Entities and relationships, all ids canonical.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct EntityGraph {
     /// The starting entity (canonical), when one was given.
     pub root: Option<EntityId>,

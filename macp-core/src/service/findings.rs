@@ -12,6 +12,7 @@ use crate::validate;
 
 /// `post_finding`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PostFinding {
     /// The room.
     pub room_id: RoomId,
@@ -74,6 +75,7 @@ impl PostFinding {
 
 /// The result of `post_finding`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct PostedFinding {
     /// The stored finding (entity refs resolved to canonical ids).
     pub finding: Finding,
@@ -84,6 +86,7 @@ pub struct PostedFinding {
 
 /// `get_timeline`: chronological findings with filters, paged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct TimelineQuery {
     /// The room.
     pub room_id: RoomId,
@@ -124,6 +127,7 @@ impl TimelineQuery {
 
 /// A page of findings in commit order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct FindingPage {
     /// The findings, oldest first.
     pub findings: Vec<Finding>,
@@ -133,6 +137,7 @@ pub struct FindingPage {
 
 /// `get_updates`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct UpdatesQuery {
     /// The room.
     pub room_id: RoomId,
@@ -154,6 +159,7 @@ impl UpdatesQuery {
 
 /// Findings committed since a cursor, and the cursor to poll from next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct Updates {
     /// New findings in commit order.
     pub findings: Vec<Finding>,

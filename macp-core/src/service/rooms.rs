@@ -14,6 +14,7 @@ use crate::validate;
 
 /// `create_room`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct CreateRoom {
     /// Optional human-readable label.
     #[serde(default)]
@@ -43,6 +44,7 @@ impl CreateRoom {
 
 /// `join_room`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct JoinRoom {
     /// The room.
     pub room_id: RoomId,
@@ -70,6 +72,7 @@ impl JoinRoom {
 
 /// `list_rooms`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ListRooms {
     /// `Some(active)`, `Some(closed)`, or `None` for all.
     #[serde(default)]
@@ -84,6 +87,7 @@ pub struct ListRooms {
 
 /// A page of rooms, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RoomPage {
     /// The rooms.
     pub rooms: Vec<Room>,
@@ -93,6 +97,7 @@ pub struct RoomPage {
 
 /// `declare_status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct DeclareStatus {
     /// The room.
     pub room_id: RoomId,
@@ -107,6 +112,7 @@ pub struct DeclareStatus {
 
 /// Agents by declared status.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct AgentCounts {
     /// All agents that joined.
     pub total: u64,
@@ -134,6 +140,7 @@ impl AgentCounts {
 
 /// `get_room_summary`: aggregate status of a room.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RoomSummary {
     /// The room.
     pub room: Room,
@@ -258,6 +265,12 @@ impl Macp {
             None
         };
         Ok(RoomPage { rooms, next_cursor })
+    }
+
+    /// Every agent of a room, in join order.
+    pub async fn list_agents(&self, _who: &Principal, room_id: RoomId) -> Result<Vec<AgentSession>> {
+        self.room(room_id).await?;
+        self.inner.store.list_agents(room_id).await
     }
 
     /// Aggregated status of a room: agents by declared status, counts, latest activity.

@@ -27,6 +27,7 @@ use crate::validate;
 
 /// Search settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SearchConfig {
     /// Results returned when the caller gives no limit.
@@ -97,6 +98,7 @@ impl Search {
 
 /// `search_findings`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SearchFindings {
     /// The room.
     pub room_id: RoomId,
@@ -122,6 +124,7 @@ impl SearchFindings {
 
 /// One search result: the finding as stored, its fused score, and what matched.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SearchHit {
     /// The finding (from the store, refs resolved).
     pub finding: Finding,
@@ -135,6 +138,7 @@ pub struct SearchHit {
 
 /// The result of `search_findings`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct SearchResults {
     /// Best first.
     pub results: Vec<SearchHit>,
@@ -145,6 +149,7 @@ pub struct SearchResults {
 
 /// What one reconciler pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ReconcileReport {
     /// Findings indexed by this pass.
     pub indexed: u64,

@@ -1,0 +1,163 @@
+//! Configuration of `macp`: command-line flags, their `MACP_*` environment equivalents, and an
+//! optional TOML file (`--config FILE` / `MACP_CONFIG`). A flag beats its environment variable,
+//! which beats the file, which beats the default.
+//!
+//! | flag | environment | TOML key | default |
+//! |---|---|---|---|
+//! | `--config FILE` | `MACP_CONFIG` | — | none |
+//! | `--data-dir DIR` | `MACP_DATA_DIR` | `data_dir` | `$XDG_DATA_HOME/macp` or `~/.local/share/macp` |
+//! | `--bind ADDR` | `MACP_BIND` | `bind` | `127.0.0.1:8765` |
+//! | `--allowed-host HOST` (repeatable) | `MACP_ALLOWED_HOSTS` (comma-separated) | `allowed_hosts` | none beyond loopback |
+//! | `--public-url URL` | `MACP_PUBLIC_URL` | `public_url` | from the bound address |
+//! | `--local-user NAME` | `MACP_LOCAL_USER` | `local_user` | `$USER`, else `local` |
+//! | `--embedder builtin\|openai\|none` | `MACP_EMBEDDER` | `embedder` | `builtin` |
+//! | `--embeddings-url URL` | `MACP_EMBEDDINGS_URL` | `embeddings_url` | — (openai) |
+//! | `--embeddings-model NAME` | `MACP_EMBEDDINGS_MODEL` | `embeddings_model` | — (openai) |
+//! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+
+/// Which embedder serves semantic search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedderKind {
+    /// The static model compiled into the binary: offline, no setup.
+    #[default]
+    Builtin,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
+    /// No semantic search: keyword only.
+    None,
+}
+
+/// Flags shared by every subcommand (storage and search).
+#[derive(Debug, Clone, Args, Default)]
+pub struct CommonArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "MACP_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+    /// Directory holding the SQLite database.
+    #[arg(long, env = "MACP_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+    /// Embedder for semantic search.
+    #[arg(long, env = "MACP_EMBEDDER", global = true, value_enum)]
+    pub embedder: Option<EmbedderKind>,
+    /// Base URL of the OpenAI-compatible endpoint (with `--embedder openai`).
+    #[arg(long, env = "MACP_EMBEDDINGS_URL", global = true)]
+    pub embeddings_url: Option<String>,
+    /// Model name at that endpoint (with `--embedder openai`).
+    #[arg(long, env = "MACP_EMBEDDINGS_MODEL", global = true)]
+    pub embeddings_model: Option<String>,
+}
+
+/// Flags of `macp serve`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (the URL is printed).
+    #[arg(long, env = "MACP_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Extra host names accepted in the Host header (repeatable).
+    #[arg(long = "allowed-host", env = "MACP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// The server's canonical public URL.
+    #[arg(long, env = "MACP_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// The user every request acts as while auth is off.
+    #[arg(long, env = "MACP_LOCAL_USER")]
+    pub local_user: Option<String>,
+    /// Seconds between reconciler passes that index findings left pending.
+    #[arg(long, env = "MACP_RECONCILE_INTERVAL")]
+    pub reconcile_interval: Option<u64>,
+    /// Serve one local user over stdio instead of HTTP.
+    #[arg(long)]
+    pub stdio: bool,
+}
+
+/// The TOML file: every key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// See `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// See `--bind`.
+    pub bind: Option<SocketAddr>,
+    /// See `--allowed-host`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// See `--public-url`.
+    pub public_url: Option<String>,
+    /// See `--local-user`.
+    pub local_user: Option<String>,
+    /// See `--embedder`.
+    pub embedder: Option<EmbedderKind>,
+    /// See `--embeddings-url`.
+    pub embeddings_url: Option<String>,
+    /// See `--embeddings-model`.
+    pub embeddings_model: Option<String>,
+    /// See `--reconcile-interval`.
+    pub reconcile_interval: Option<u64>,
+}
+
+impl FileConfig {
+    /// Reads the file, or the default when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Self, String> {
+        let Some(p) = path else { return Ok(Self::default()) };
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| format!("cannot read config file {}: {e}", p.display()))?;
+        toml::from_str(&text).map_err(|e| format!("invalid config file {}: {e}", p.display()))
+    }
+}
+
+/// Everything `macp` needs to open the service, resolved.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Embedder choice.
+    pub embedder: EmbedderKind,
+    /// OpenAI-compatible endpoint.
+    pub embeddings_url: Option<String>,
+    /// Model at that endpoint.
+    pub embeddings_model: Option<String>,
+    /// Listen address.
+    pub bind: SocketAddr,
+    /// Extra allowed hosts.
+    pub allowed_hosts: Vec<String>,
+    /// Public URL, if configured.
+    pub public_url: Option<String>,
+    /// Local user while auth is off.
+    pub local_user: String,
+    /// Reconciler period in seconds.
+    pub reconcile_interval: u64,
+}
+
+impl Resolved {
+    /// Applies flag > environment (both via clap) > file > default.
+    pub fn new(common: &CommonArgs, serve: &ServeArgs) -> Result<Self, String> {
+        let file = FileConfig::load(common.config.as_deref())?;
+        Ok(Self {
+            data_dir: common.data_dir.clone().or(file.data_dir).unwrap_or_else(macp_local::default_data_dir),
+            embedder: common.embedder.or(file.embedder).unwrap_or_default(),
+            embeddings_url: common.embeddings_url.clone().or(file.embeddings_url),
+            embeddings_model: common.embeddings_model.clone().or(file.embeddings_model),
+            bind: serve.bind.or(file.bind).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8765))),
+            allowed_hosts: if serve.allowed_hosts.is_empty() {
+                file.allowed_hosts
+            } else {
+                serve.allowed_hosts.clone()
+            },
+            public_url: serve.public_url.clone().or(file.public_url),
+            local_user: serve
+                .local_user
+                .clone()
+                .or(file.local_user)
+                .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+                .unwrap_or_else(|| "local".to_owned()),
+            reconcile_interval: serve.reconcile_interval.or(file.reconcile_interval).unwrap_or(30).max(1),
+        })
+    }
+}

@@ -1,0 +1,115 @@
+//! What agents read: the server's instructions, the tool descriptions and the prompts. Written
+//! for an agent that has never seen MACP; kept in step with SKILL.md (a test checks the tool
+//! names agree).
+
+/// The server's `instructions`: the iteration loop in a few lines.
+pub const INSTRUCTIONS: &str = "\
+MACP is a shared room where several people's agents work one investigation together. \
+Work in a loop, and re-read the room every iteration instead of trusting your own memory:
+1. get_room_context (first time, or when unsure) — the objective, latest findings, key entities, who is doing what, and a cursor.
+2. get_updates with your cursor — what others posted since you last looked.
+3. Decide one contribution that serves the objective and is not already covered: search_findings before posting.
+4. post_finding with tags, evidence and entity_refs; add_entity (with typed identifiers) and add_relationship for what you learned.
+5. declare_status: active, idle, or blocked with a reason a human can act on.
+Then repeat. Start with list_rooms or create_room, then join_room. Never paste secrets, tokens or credentials.";
+
+/// `create_room`.
+pub const CREATE_ROOM: &str = "Start a new investigation room with a stated objective (markdown) that every agent will work \
+towards. Returns the room, including its room_id; share that id with your colleagues, then call join_room.";
+
+/// `join_room`.
+pub const JOIN_ROOM: &str = "Register your agent in a room before writing to it. Optionally pick an agent_id (else one is \
+generated) and say what client you are (agent_type). Rejoining with the same agent_id is safe. Later write tools act as \
+this agent when you omit agent_id.";
+
+/// `close_room`.
+pub const CLOSE_ROOM: &str = "Mark a room closed when the investigation is over. It stays fully readable (timeline, search, \
+context) for the postmortem; writes are refused with room_closed.";
+
+/// `list_rooms`.
+pub const LIST_ROOMS: &str = "List rooms, newest first: status \"active\" (default), \"closed\" or \"all\". Pages with \
+limit and cursor (pass back next_cursor).";
+
+/// `get_room_summary`.
+pub const GET_ROOM_SUMMARY: &str = "A compact status of a room: how many agents are active / idle / blocked, how many \
+findings, entities, relationships and artifacts, findings per tag, and the time of the latest activity.";
+
+/// `get_room_context`.
+pub const GET_ROOM_CONTEXT: &str = "Orient yourself in a room in one call: the objective, the most recent findings (long \
+ones shortened, marked content_truncated), the best-connected entities with their identifiers, every agent's declared \
+status and reason, findings per tag (which lines of inquiry are open or dead ends), totals next to what is shown, and a \
+cursor: pass it to get_updates to receive only what comes after. Call it when you start and whenever you are unsure.";
+
+/// `declare_status`.
+pub const DECLARE_STATUS: &str = "Tell humans and other agents what you are doing: \"active\", \"idle\" or \"blocked\". \
+When blocked, give a reason that says what would unblock you (e.g. \"need read access to prod RDS logs\"). Advisory only: \
+it never stops you or anyone from posting or reading.";
+
+/// `post_finding`.
+pub const POST_FINDING: &str = "Share one thing you learned with the room: a fact, hypothesis, piece of evidence, root \
+cause, remediation or dead end. Be specific (times, hosts, ids). Add tags (triage, hypothesis, evidence, root-cause, \
+remediation, follow-up, dead-end), evidence [{kind: artifact|url|cloudtrail|datadog|metric|log, ref, description?}] and \
+entity_refs (ids from add_entity). Search first so you do not repeat a colleague. Pass an idempotency_key to make \
+retries safe. Never include secrets, tokens or credentials.";
+
+/// `search_findings`.
+pub const SEARCH_FINDINGS: &str = "Find findings in a room by meaning or by exact words: describe what you are looking \
+for in your own words (\"why did the database run out of connections\"), or give an identifier (a host, commit, ARN, \
+error code). Filter by tags or agent_id. Results are best first, each with the full finding and a score.";
+
+/// `get_timeline`.
+pub const GET_TIMELINE: &str = "Read a room's findings in the order they were posted, optionally only those with some \
+tags, by one agent, or in a time range (since/until, RFC 3339). Pages with limit and cursor.";
+
+/// `get_updates`.
+pub const GET_UPDATES: &str = "Poll for findings posted since your cursor (from your last get_updates or from \
+get_room_context); omit the cursor to start from the beginning. Returns the new findings in order and the next cursor; \
+nothing is ever skipped or repeated. If has_more is true, call again at once.";
+
+/// `add_entity`.
+pub const ADD_ENTITY: &str = "Record a service, person, event or resource the investigation involves, with typed \
+identifiers (e.g. {type: \"hostname\", value: \"db-1.prod\"}, {type: \"arn\", ...}, {type: \"commit\", ...}). If an \
+entity with one of those identifiers already exists, you get that entity (created: false) instead of a duplicate, so \
+always include identifiers. other_matches lists entities that may be the same thing (see merge_entities).";
+
+/// `add_relationship`.
+pub const ADD_RELATIONSHIP: &str = "Link two entities with a typed, directed relationship such as depends_on, \
+caused_by, changed_by or same_as, with a description and evidence. Asserting an existing edge again adds your evidence \
+to it.";
+
+/// `merge_entities`.
+pub const MERGE_ENTITIES: &str = "Declare that two entities are the same thing: the loser becomes an alias of the \
+winner, identifiers are combined, and every old reference (findings, relationships, artifacts) now reads as the winner. \
+Use it when add_entity reports other_matches or you find a same_as.";
+
+/// `get_entity_graph`.
+pub const GET_ENTITY_GRAPH: &str = "Read the entity graph: with entity_id, that entity and its neighbours up to depth \
+hops (default 1, at most 3); without it, the best-connected entities of the room and their relationships. Merged \
+entities appear once, with their old ids under aliases.";
+
+/// The `start_in_room` prompt.
+pub fn start_prompt(room_id: &str) -> String {
+    format!(
+        "You are joining the MACP investigation room {room_id}.\n\
+         1. Call join_room with room_id {room_id} (pick a short agent_id that says who you are).\n\
+         2. Call get_room_context and read the objective, the latest findings, the entities and what each agent is doing.\n\
+         3. Keep the cursor it returns: get_updates with that cursor tells you what is new.\n\
+         4. Choose one contribution that serves the objective and is not already covered (check with search_findings),\n   \
+            do it, post_finding with tags, evidence and entity_refs, then declare_status.\n\
+         5. Continue with the iteration_loop prompt. Never paste secrets, tokens or credentials."
+    )
+}
+
+/// The `iteration_loop` prompt.
+pub fn loop_prompt(room_id: &str) -> String {
+    format!(
+        "One iteration in MACP room {room_id}:\n\
+         - Re-read: get_updates with your cursor (or get_room_context if you lost it or are unsure of the objective).\n\
+           Trust the room, not your memory: others may have answered your question or closed your line of inquiry.\n\
+         - Decide: the most useful next step toward the objective that nobody has covered; search_findings first.\n\
+         - Act, then post_finding (one finding per fact, tagged, with evidence and entity_refs).\n\
+           Name things with add_entity and typed identifiers so colleagues converge on the same entity; link them with add_relationship.\n\
+         - declare_status: active, idle, or blocked with a reason a human can act on.\n\
+         - Repeat."
+    )
+}

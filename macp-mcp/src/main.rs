@@ -1,0 +1,362 @@
+//! `macp`: the MACP server and human-facing commands over the same core.
+//!
+//! ```text
+//! macp serve                      # MCP over HTTP on 127.0.0.1:8765/mcp, SQLite in the data dir
+//! macp serve --bind 127.0.0.1:0   # any free port; prints "listening on http://…/mcp"
+//! macp serve --stdio              # one local user over stdio
+//! macp rooms | timeline ROOM | search ROOM QUERY | reconcile | reindex
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use macp_core::search::{Embedder, VectorIndex};
+use macp_core::service::{ListRooms, SearchFindings, TimelineQuery};
+use macp_core::{Macp, Principal, RoomId};
+use macp_local::SqliteStore;
+use macp_mcp::MacpMcp;
+use macp_mcp::config::{CommonArgs, EmbedderKind, Resolved, ServeArgs};
+use macp_mcp::http::{HttpOptions, router};
+use rmcp::ServiceExt;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "macp", version, about = "MACP: several people's agents, one investigation.")]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the MCP server (Streamable HTTP on /mcp, or --stdio).
+    Serve(ServeArgs),
+    /// List rooms, newest first.
+    Rooms {
+        /// Include closed rooms.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a room's findings in order.
+    Timeline {
+        /// The room id.
+        room: RoomId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Search a room's findings.
+    Search {
+        /// The room id.
+        room: RoomId,
+        /// What to look for.
+        query: String,
+        /// Most results.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Index every finding still pending (a reconciler pass to completion).
+    Reconcile,
+    /// Rebuild the vector index with the configured embedder.
+    Reindex,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("macp: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("macp: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the store and the service as configured.
+async fn open(cfg: &Resolved) -> Result<Macp, String> {
+    let store = SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?;
+    let store = Arc::new(store);
+    let mut b = Macp::builder().store(store.clone());
+    let embedder: Option<Arc<dyn Embedder>> = match cfg.embedder {
+        EmbedderKind::None => None,
+        EmbedderKind::Builtin => {
+            Some(Arc::new(macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?))
+        }
+        EmbedderKind::Openai => {
+            let (Some(url), Some(model)) = (&cfg.embeddings_url, &cfg.embeddings_model) else {
+                return Err("--embedder openai needs --embeddings-url and --embeddings-model (or MACP_EMBEDDINGS_URL / MACP_EMBEDDINGS_MODEL)".into());
+            };
+            let mut ob = macp_core::search::openai::OpenAiEmbedder::builder(url, model);
+            if let Ok(k) = std::env::var("MACP_EMBEDDINGS_API_KEY") {
+                ob = ob.api_key(k);
+            }
+            Some(Arc::new(ob.connect().await.map_err(|e| e.to_string())?))
+        }
+    };
+    if let Some(e) = embedder {
+        b = b.embedder(e).vector_index(store as Arc<dyn VectorIndex>);
+    }
+    let macp = b.build().map_err(|e| e.to_string())?;
+    macp.verify_index().await.map_err(|e| e.to_string())?;
+    Ok(macp)
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve(serve) => serve_cmd(&cli.common, &serve).await,
+        Command::Rooms { all, json } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg).await?;
+            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            let mut cursor = None;
+            loop {
+                let status = if all { None } else { Some(macp_core::model::RoomStatus::Active) };
+                let page = macp
+                    .list_rooms(&who, ListRooms { status, limit: Some(200), cursor })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for r in &page.rooms {
+                    if json {
+                        println!("{}", serde_json::to_string(r).unwrap_or_default());
+                    } else {
+                        println!(
+                            "{}  {:<6}  {}  {}",
+                            r.room_id,
+                            r.status,
+                            r.created_at,
+                            r.name.as_deref().unwrap_or("-")
+                        );
+                        println!("    {}", r.objective.lines().next().unwrap_or(""));
+                    }
+                }
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => return Ok(()),
+                }
+            }
+        }
+        Command::Timeline { room, json } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg).await?;
+            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            let mut cursor = None;
+            loop {
+                let page = macp
+                    .timeline(&who, TimelineQuery { limit: Some(200), cursor, ..TimelineQuery::new(room) })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for f in &page.findings {
+                    if json {
+                        println!("{}", serde_json::to_string(f).unwrap_or_default());
+                    } else {
+                        println!(
+                            "#{} {} {} ({}) [{}]",
+                            f.seq,
+                            f.created_at,
+                            f.agent_id,
+                            f.user_id,
+                            f.tags.join(", ")
+                        );
+                        for l in f.content.lines() {
+                            println!("    {l}");
+                        }
+                    }
+                }
+                match page.next_cursor {
+                    Some(c) => cursor = Some(c),
+                    None => return Ok(()),
+                }
+            }
+        }
+        Command::Search { room, query, limit, json } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg).await?;
+            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            let res = macp
+                .search_findings(
+                    &who,
+                    SearchFindings { limit: Some(limit), ..SearchFindings::new(room, query) },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&res).unwrap_or_default());
+            } else {
+                if !res.semantic {
+                    println!("(semantic search unavailable: keyword matches only)");
+                }
+                for h in &res.results {
+                    println!(
+                        "{:.4}  #{} {} [{}]",
+                        h.score,
+                        h.finding.seq,
+                        h.finding.agent_id,
+                        h.finding.tags.join(", ")
+                    );
+                    println!("    {}", h.finding.content.lines().next().unwrap_or(""));
+                }
+            }
+            Ok(())
+        }
+        Command::Reconcile => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg).await?;
+            let mut total = 0;
+            loop {
+                let r = macp.reconcile(usize::MAX).await.map_err(|e| e.to_string())?;
+                total += r.indexed;
+                if let Some(e) = r.last_error {
+                    return Err(format!("indexed {total}; {} failed: {e}", r.failed));
+                }
+                if r.indexed == 0 {
+                    break;
+                }
+            }
+            println!("indexed {total} pending findings");
+            Ok(())
+        }
+        Command::Reindex => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open_for_reindex(&cfg).await?;
+            let r = macp.reindex().await.map_err(|e| e.to_string())?;
+            println!("reindexed {} findings", r.indexed);
+            Ok(())
+        }
+    }
+}
+
+/// Like [`open`] but without the model check: reindex is the way out of a mismatch.
+async fn open_for_reindex(cfg: &Resolved) -> Result<Macp, String> {
+    let mut relaxed = cfg.clone();
+    if relaxed.embedder == EmbedderKind::None {
+        return Err("reindex needs an embedder (--embedder builtin or openai)".into());
+    }
+    relaxed.data_dir = cfg.data_dir.clone();
+    let store =
+        Arc::new(SqliteStore::builder().data_dir(&relaxed.data_dir).open().map_err(|e| e.to_string())?);
+    let embedder: Arc<dyn Embedder> = match relaxed.embedder {
+        EmbedderKind::Builtin => {
+            Arc::new(macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?)
+        }
+        _ => {
+            let (Some(url), Some(model)) = (&cfg.embeddings_url, &cfg.embeddings_model) else {
+                return Err("--embedder openai needs --embeddings-url and --embeddings-model".into());
+            };
+            Arc::new(
+                macp_core::search::openai::OpenAiEmbedder::builder(url, model)
+                    .connect()
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+    };
+    Macp::builder()
+        .store(store.clone())
+        .embedder(embedder)
+        .vector_index(store)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn init_logs(to_stderr: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MACP_LOG").unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt().json().with_env_filter(filter).with_current_span(false);
+    if to_stderr {
+        b.with_writer(std::io::stderr).init();
+    } else {
+        b.with_writer(std::io::stdout).init();
+    }
+}
+
+async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String> {
+    let cfg = Resolved::new(common, serve)?;
+    init_logs(serve.stdio);
+    let macp = open(&cfg).await?;
+    let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
+    let local = Principal::new(cfg.local_user.clone()).map_err(|e| e.to_string())?;
+
+    if serve.stdio {
+        tracing::info!(user = %local.user_id, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
+        let running = MacpMcp::new(macp, Some(local))
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| e.to_string())?;
+        running.waiting().await.map_err(|e| e.to_string())?;
+        drop(reconciler);
+        return Ok(());
+    }
+
+    if !cfg.bind.ip().is_loopback() {
+        return Err(format!(
+            "refusing to serve {} without authentication: bind a loopback address (127.0.0.1) for local use, \
+             or configure an OAuth issuer with --auth-issuer (see README, \"Authentication\")",
+            cfg.bind
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let url = format!("http://{addr}/mcp");
+    let ct = CancellationToken::new();
+    let opts = HttpOptions { allowed_hosts: cfg.allowed_hosts.clone(), ..HttpOptions::default() };
+    let app = router(macp, Some(local.clone()), &opts, ct.child_token());
+    println!("listening on {url}");
+    tracing::info!(
+        url = %url,
+        data_dir = %cfg.data_dir.display(),
+        embedder = ?cfg.embedder,
+        user = %local.user_id,
+        "auth is off: serving loopback only, every request acts as the local user"
+    );
+    let shutdown = {
+        let ct = ct.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            ct.cancel();
+        }
+    };
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(|e| e.to_string())?;
+    drop(reconciler);
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

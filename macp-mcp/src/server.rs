@@ -1,0 +1,524 @@
+//! The MCP server: each tool maps its arguments to one `macp_core::Macp` call and its result (or
+//! error) back. No domain rule lives here.
+#![allow(deprecated)] // rmcp marks the logging types deprecated (SEP-2577); we still answer setLevel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::request::Parts;
+use macp_core::model::AgentSession;
+use macp_core::service::{
+    AddEntity, AddRelationship, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
+    GraphQuery, JoinRoom, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
+    RelationshipOutcome, RoomContext, RoomPage, RoomSummary, SearchFindings, SearchResults, TimelineQuery,
+    Updates, UpdatesQuery,
+};
+use macp_core::{AgentId, Error, Macp, Principal, RoomId};
+use rmcp::handler::server::router::prompt::PromptRouter;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::{
+    CallToolResult, ContentBlock, Implementation, JsonObject, LoggingLevel, PromptMessage, Role,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::{
+    ErrorData as McpError, RoleServer, ServerHandler, prompt, prompt_handler, prompt_router, tool,
+    tool_handler, tool_router,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::args::*;
+use crate::docs;
+
+/// What a tool returns: structured content on success, a structured tool error otherwise.
+/// (Tool signatures spell the type out: rmcp derives output schemas from the written type.)
+type ToolResult<T> = Result<Json<T>, CallToolResult>;
+
+/// The authenticated person behind an HTTP request, put into the request's extensions by the
+/// auth layer. Absent when auth is off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authenticated {
+    /// Who.
+    pub principal: Principal,
+    /// May call write tools.
+    pub can_write: bool,
+}
+
+/// Maps a core error to a tool error: `isError: true`, text `code: message`, and the structured
+/// body `{"error": {code, message, retryable, limit?, field?}}`.
+pub fn tool_error(e: &Error) -> CallToolResult {
+    let body = e.body();
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", body.code, body.message))]);
+    r.structured_content = Some(serde_json::json!({ "error": body }));
+    r
+}
+
+fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, CallToolResult> {
+    serde_json::from_value(serde_json::Value::Object(args)).map_err(|e| {
+        tool_error(&Error::invalid(
+            "arguments",
+            format!("{e}; see the tool's input schema for the accepted fields"),
+        ))
+    })
+}
+
+/// The input schema of `T`, for `#[tool(input_schema = ...)]`.
+fn input<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let mut s = rmcp::handler::server::tool::schema_for_input::<T>()
+        .unwrap_or_else(|e| panic!("tool input schema must be an object: {e}"));
+    strip_numeric_formats(Arc::make_mut(&mut s));
+    s
+}
+
+/// The output schema of a tool returning `T`: `T`'s fields, or (for tool errors, which carry a
+/// structured body too) `{"error": {code, message, retryable, limit?, field?}}`. Clients that
+/// validate every structured result against the schema (the TypeScript SDK does) accept both.
+fn output<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let base = rmcp::handler::server::tool::schema_for_output::<T>();
+    let mut s: JsonObject = (*base).clone();
+    let required = s.remove("required").unwrap_or_else(|| serde_json::json!([]));
+    let props = s.entry("properties").or_insert_with(|| serde_json::json!({}));
+    if let Some(p) = props.as_object_mut() {
+        p.insert(
+            "error".into(),
+            serde_json::json!({
+                "type": "object",
+                "description": "Present instead of the result when the call failed (isError: true).",
+                "properties": {
+                    "code": {"type": "string", "description": "Stable error code, e.g. not_found, invalid_input, room_closed."},
+                    "message": {"type": "string", "description": "What went wrong and what to do."},
+                    "retryable": {"type": "boolean"},
+                    "limit": {"type": "integer", "description": "The limit that was exceeded, if any."},
+                    "field": {"type": "string", "description": "The offending argument, for invalid_input."}
+                },
+                "required": ["code", "message", "retryable"]
+            }),
+        );
+    }
+    s.insert("anyOf".into(), serde_json::json!([{"required": required}, {"required": ["error"]}]));
+    strip_numeric_formats(&mut s);
+    Arc::new(s)
+}
+
+/// Drops schemars' `uint64`-style formats: they are not JSON Schema formats, and validating
+/// clients warn about every one of them.
+fn strip_numeric_formats(o: &mut JsonObject) {
+    let numeric = |f: &serde_json::Value| {
+        f.as_str()
+            .is_some_and(|f| f.starts_with("uint") || f.starts_with("int") || f == "double" || f == "float")
+    };
+    if o.get("format").is_some_and(numeric) {
+        o.remove("format");
+    }
+    for v in o.values_mut() {
+        match v {
+            serde_json::Value::Object(m) => strip_numeric_formats(m),
+            serde_json::Value::Array(a) => {
+                a.iter_mut().filter_map(|x| x.as_object_mut()).for_each(strip_numeric_formats)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Per-connection state: the agent this MCP session joined each room with.
+#[derive(Debug, Default)]
+struct SessionState {
+    joined: HashMap<RoomId, AgentId>,
+}
+
+/// The MACP MCP server. One value per MCP session (or per request for stateless clients).
+#[derive(Clone)]
+pub struct MacpMcp {
+    macp: Macp,
+    /// Who acts when a request carries no authenticated identity (auth off: the local user).
+    local_user: Option<Principal>,
+    session: Arc<Mutex<SessionState>>,
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    tool_router: ToolRouter<Self>,
+    prompt_router: PromptRouter<Self>,
+}
+
+impl std::fmt::Debug for MacpMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MacpMcp").field("local_user", &self.local_user).finish_non_exhaustive()
+    }
+}
+
+impl MacpMcp {
+    /// A server over `macp`. With `local_user`, unauthenticated requests act as that user (auth
+    /// off); without it, every request must carry an [`Authenticated`] extension.
+    pub fn new(macp: Macp, local_user: Option<Principal>) -> Self {
+        Self {
+            macp,
+            local_user,
+            session: Arc::default(),
+            log_level: Arc::default(),
+            tool_router: Self::tool_router(),
+            prompt_router: Self::prompt_router(),
+        }
+    }
+
+    fn auth(&self, ctx: &RequestContext<RoleServer>) -> Result<Authenticated, CallToolResult> {
+        if let Some(a) = ctx.extensions.get::<Parts>().and_then(|p| p.extensions.get::<Authenticated>()) {
+            return Ok(a.clone());
+        }
+        match &self.local_user {
+            Some(p) => Ok(Authenticated { principal: p.clone(), can_write: true }),
+            None => Err(tool_error(&Error::Unauthenticated {
+                message: "no authenticated identity on this request".into(),
+            })),
+        }
+    }
+
+    fn reader(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, CallToolResult> {
+        self.auth(ctx).map(|a| a.principal)
+    }
+
+    fn writer(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, CallToolResult> {
+        let a = self.auth(ctx)?;
+        if !a.can_write {
+            return Err(tool_error(&Error::PermissionDenied {
+                message: "insufficient_scope: this token may only call read tools".into(),
+            }));
+        }
+        Ok(a.principal)
+    }
+
+    /// The agent a write acts as: the one named, else the one this session joined the room
+    /// with, else the caller's only agent in the room.
+    async fn acting_agent(
+        &self,
+        who: &Principal,
+        room_id: RoomId,
+        named: Option<AgentId>,
+    ) -> Result<AgentId, CallToolResult> {
+        if let Some(a) = named {
+            return Ok(a);
+        }
+        if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
+            return Ok(a.clone());
+        }
+        let agents = self.macp.list_agents(who, room_id).await.map_err(|e| tool_error(&e))?;
+        let mine: Vec<&AgentSession> = agents.iter().filter(|a| a.user_id == who.user_id).collect();
+        match mine.as_slice() {
+            [one] => Ok(one.agent_id.clone()),
+            [] => Err(tool_error(&Error::NotJoined {
+                message: format!(
+                    "you have not joined room `{room_id}`; call join_room with this room_id first"
+                ),
+            })),
+            many => Err(tool_error(&Error::invalid(
+                "agent_id",
+                format!(
+                    "you have several agents in this room ({}); say which one acts with agent_id",
+                    many.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            ))),
+        }
+    }
+}
+
+fn done<T>(r: macp_core::Result<T>) -> ToolResult<T> {
+    r.map(Json).map_err(|e| tool_error(&e))
+}
+
+#[tool_router]
+impl MacpMcp {
+    #[tool(description = docs::CREATE_ROOM, output_schema = output::<macp_core::model::Room>(), input_schema = input::<CreateRoomArgs>())]
+    async fn create_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<macp_core::model::Room>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: CreateRoomArgs = parse(args)?;
+        let req = CreateRoom {
+            name: a.name,
+            objective: a.objective,
+            tags: a.tags.unwrap_or_default(),
+            visibility_mode: a.visibility_mode,
+        };
+        done(self.macp.create_room(&who, req).await)
+    }
+
+    #[tool(description = docs::JOIN_ROOM, output_schema = output::<AgentSession>(), input_schema = input::<JoinRoomArgs>())]
+    async fn join_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<AgentSession>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: JoinRoomArgs = parse(args)?;
+        let s = self
+            .macp
+            .join_room(&who, JoinRoom { room_id: a.room_id, agent_id: a.agent_id, agent_type: a.agent_type })
+            .await
+            .map_err(|e| tool_error(&e))?;
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());
+        Ok(Json(s))
+    }
+
+    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<macp_core::model::Room>(), input_schema = input::<RoomArgs>())]
+    async fn close_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<macp_core::model::Room>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: RoomArgs = parse(args)?;
+        done(self.macp.close_room(&who, a.room_id).await)
+    }
+
+    #[tool(description = docs::LIST_ROOMS, output_schema = output::<RoomPage>(), input_schema = input::<ListRoomsArgs>(), annotations(read_only_hint = true))]
+    async fn list_rooms(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RoomPage>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: ListRoomsArgs = parse(args)?;
+        let req =
+            ListRooms { status: a.status.unwrap_or_default().status(), limit: a.limit, cursor: a.cursor };
+        done(self.macp.list_rooms(&who, req).await)
+    }
+
+    #[tool(description = docs::GET_ROOM_SUMMARY, output_schema = output::<RoomSummary>(), input_schema = input::<RoomArgs>(), annotations(read_only_hint = true))]
+    async fn get_room_summary(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RoomSummary>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: RoomArgs = parse(args)?;
+        done(self.macp.room_summary(&who, a.room_id).await)
+    }
+
+    #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<RoomArgs>(), annotations(read_only_hint = true))]
+    async fn get_room_context(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RoomContext>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: RoomArgs = parse(args)?;
+        done(self.macp.room_context(&who, a.room_id).await)
+    }
+
+    #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatusArgs>())]
+    async fn declare_status(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<AgentSession>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: DeclareStatusArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        done(
+            self.macp
+                .declare_status(
+                    &who,
+                    DeclareStatus { room_id: a.room_id, agent_id, status: a.status, reason: a.reason },
+                )
+                .await,
+        )
+    }
+
+    #[tool(description = docs::POST_FINDING, output_schema = output::<PostedFinding>(), input_schema = input::<PostFindingArgs>())]
+    async fn post_finding(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<PostedFinding>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: PostFindingArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = PostFinding {
+            room_id: a.room_id,
+            agent_id,
+            content: a.content,
+            tags: a.tags.unwrap_or_default(),
+            entity_refs: a.entity_refs.unwrap_or_default(),
+            evidence: a.evidence.unwrap_or_default(),
+            idempotency_key: a.idempotency_key,
+        };
+        done(self.macp.post_finding(&who, req).await)
+    }
+
+    #[tool(description = docs::SEARCH_FINDINGS, output_schema = output::<SearchResults>(), input_schema = input::<SearchFindingsArgs>(), annotations(read_only_hint = true))]
+    async fn search_findings(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<SearchResults>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: SearchFindingsArgs = parse(args)?;
+        let req = SearchFindings {
+            room_id: a.room_id,
+            query: a.query,
+            limit: a.limit,
+            tags: a.tags.unwrap_or_default(),
+            agent_id: a.agent_id,
+        };
+        done(self.macp.search_findings(&who, req).await)
+    }
+
+    #[tool(description = docs::GET_TIMELINE, output_schema = output::<FindingPage>(), input_schema = input::<TimelineArgs>(), annotations(read_only_hint = true))]
+    async fn get_timeline(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<FindingPage>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: TimelineArgs = parse(args)?;
+        let req = TimelineQuery {
+            room_id: a.room_id,
+            tags: a.tags.unwrap_or_default(),
+            agent_id: a.agent_id,
+            since: a.since,
+            until: a.until,
+            limit: a.limit,
+            cursor: a.cursor,
+        };
+        done(self.macp.timeline(&who, req).await)
+    }
+
+    #[tool(description = docs::GET_UPDATES, output_schema = output::<Updates>(), input_schema = input::<UpdatesArgs>(), annotations(read_only_hint = true))]
+    async fn get_updates(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<Updates>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: UpdatesArgs = parse(args)?;
+        done(self.macp.updates(&who, UpdatesQuery::new(a.room_id, a.cursor)).await)
+    }
+
+    #[tool(description = docs::ADD_ENTITY, output_schema = output::<EntityOutcome>(), input_schema = input::<AddEntityArgs>())]
+    async fn add_entity(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<EntityOutcome>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: AddEntityArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = AddEntity {
+            room_id: a.room_id,
+            agent_id,
+            name: a.name,
+            entity_type: a.entity_type,
+            identifiers: a.identifiers.unwrap_or_default(),
+            properties: a.properties.unwrap_or_default(),
+            idempotency_key: a.idempotency_key,
+        };
+        done(self.macp.add_entity(&who, req).await)
+    }
+
+    #[tool(description = docs::ADD_RELATIONSHIP, output_schema = output::<RelationshipOutcome>(), input_schema = input::<AddRelationshipArgs>())]
+    async fn add_relationship(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RelationshipOutcome>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: AddRelationshipArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = AddRelationship {
+            room_id: a.room_id,
+            agent_id,
+            source_entity_id: a.source_entity_id,
+            target_entity_id: a.target_entity_id,
+            relationship_type: a.relationship_type,
+            description: a.description,
+            evidence: a.evidence.unwrap_or_default(),
+            idempotency_key: a.idempotency_key,
+        };
+        done(self.macp.add_relationship(&who, req).await)
+    }
+
+    #[tool(description = docs::MERGE_ENTITIES, output_schema = output::<MergeOutcome>(), input_schema = input::<MergeEntitiesArgs>())]
+    async fn merge_entities(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<MergeOutcome>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: MergeEntitiesArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = MergeEntities {
+            room_id: a.room_id,
+            agent_id,
+            winner_entity_id: a.winner_entity_id,
+            loser_entity_id: a.loser_entity_id,
+        };
+        done(self.macp.merge_entities(&who, req).await)
+    }
+
+    #[tool(description = docs::GET_ENTITY_GRAPH, output_schema = output::<EntityGraph>(), input_schema = input::<EntityGraphArgs>(), annotations(read_only_hint = true))]
+    async fn get_entity_graph(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<EntityGraph>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: EntityGraphArgs = parse(args)?;
+        done(
+            self.macp
+                .entity_graph(&who, GraphQuery { room_id: a.room_id, entity_id: a.entity_id, depth: a.depth })
+                .await,
+        )
+    }
+}
+
+/// Arguments of the prompts that take a room.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RoomPromptArgs {
+    /// The room to work in.
+    pub room_id: String,
+}
+
+#[prompt_router]
+#[allow(missing_docs)] // the prompt macro generates undocumented helpers
+impl MacpMcp {
+    /// Join a MACP room and orient: read its context, then start the collaboration loop.
+    #[prompt(name = "start_in_room")]
+    async fn start_in_room(&self, Parameters(a): Parameters<RoomPromptArgs>) -> Vec<PromptMessage> {
+        vec![PromptMessage::new_text(Role::User, docs::start_prompt(&a.room_id))]
+    }
+
+    /// One iteration of the MACP collaboration loop for a room you have joined.
+    #[prompt(name = "iteration_loop")]
+    async fn iteration_loop(&self, Parameters(a): Parameters<RoomPromptArgs>) -> Vec<PromptMessage> {
+        vec![PromptMessage::new_text(Role::User, docs::loop_prompt(&a.room_id))]
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+#[prompt_handler(router = self.prompt_router)]
+impl ServerHandler for MacpMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_resources()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new("macp", env!("CARGO_PKG_VERSION")))
+        .with_instructions(docs::INSTRUCTIONS)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.level);
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# End-to-end tests against a real `macp serve`: three Python MCP clients plus a fresh one, one
+# TypeScript SDK client, and the MCP conformance suite. Called by scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${CARGO_TARGET_DIR:-target}"
+macp="$target/debug/macp"
+python=$(bash scripts/setup-e2e.sh | tail -n 1)
+node_dir=tests/e2e/node
+node22="$node_dir/node_modules/.bin/node"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Starts `macp serve` on a free loopback port with extra arguments; sets $url.
+start_server() {
+  local name=$1; shift
+  "$macp" serve --bind 127.0.0.1:0 --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/$name.log" || true)
+    [ -n "$url" ] && return 0
+    sleep 0.1
+  done
+  echo "server $name did not start:"; cat "$work/$name.log"; return 1
+}
+
+echo "--> three Python MCP agents and a fresh one (auth off)"
+"$python" tests/e2e/mcp_e2e.py --macp "$macp"
+
+echo "--> TypeScript SDK client"
+start_server ts
+node "$node_dir/ts_client.mjs" "$url"
+
+echo "--> MCP conformance suite (expected failures: tests/e2e/conformance-expected-failures.yml)"
+start_server conformance
+if "$node22" "$node_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" server \
+    --url "$url" --expected-failures tests/e2e/conformance-expected-failures.yml >"$work/conformance.out" 2>&1; then
+  passed=$(grep -c '^✓' "$work/conformance.out" || true)
+  echo "conformance: every scenario outside the fixture list passes ($passed scenarios green)"
+else
+  sed 's/\x1b\[[0-9;]*m//g' "$work/conformance.out" | tail -n 60
+  echo "conformance suite failed"
+  exit 1
+fi
