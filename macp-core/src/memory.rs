@@ -16,10 +16,11 @@ use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, Us
 use crate::model::{
     AgentSession, Artifact, Entity, Finding, Identifier, IndexStatus, Relationship, Room, RoomStatus,
 };
+use crate::search::{bm25_idf, keyword_terms};
 use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
     EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
-    Insert, KeywordHit, RelationshipKey, RoomKey, RoomStore, Store, Write,
+    Insert, KeywordHit, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -189,9 +190,9 @@ fn matches(f: &Finding, q: &FindingQuery) -> bool {
         && q.until.is_none_or(|t| f.created_at < t)
 }
 
-/// Lowercased alphanumeric runs: the same words FTS5's unicode61 tokenizer sees.
+/// Every token of `s` (with repeats), as FTS5's unicode61 tokenizer sees it.
 fn words(s: &str) -> Vec<String> {
-    s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+    s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).flat_map(keyword_terms).collect()
 }
 
 #[async_trait]
@@ -293,37 +294,38 @@ impl FindingStore for MemoryStore {
         })
     }
 
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<Vec<KeywordHit>> {
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
         interleave().await;
         let s = self.lock();
-        let Some(list) = s.findings.get(&room_id) else { return Ok(Vec::new()) };
-        let terms = words(query);
-        let docs: Vec<(FindingId, Vec<String>)> = list
+        let terms = keyword_terms(query);
+        // Statistics over the whole store, as one FTS5 table over every room would keep them.
+        let all: Vec<&Finding> = s.findings.values().flatten().collect();
+        let tokens: Vec<Vec<String>> = all.iter().map(|f| words(&f.content)).collect();
+        let n = all.len() as u64;
+        let avg = tokens.iter().map(Vec::len).sum::<usize>() as f64 / (n.max(1) as f64);
+        let idf: Vec<f64> = terms
             .iter()
-            .map(|f| (f.finding_id, words(&format!("{} {}", f.content, f.tags.join(" ")))))
+            .map(|t| bm25_idf(n, tokens.iter().filter(|d| d.contains(t)).count() as u64))
             .collect();
-        let n = docs.len() as f64;
-        let avg = docs.iter().map(|(_, w)| w.len()).sum::<usize>() as f64 / n.max(1.0);
-        // Okapi BM25 (k1 = 1.2, b = 0.75), the ranking FTS5 uses.
-        let mut hits: Vec<KeywordHit> = docs
+        let ideal = idf.iter().sum();
+        let mut hits: Vec<KeywordHit> = all
             .iter()
-            .filter_map(|(id, w)| {
+            .zip(&tokens)
+            .filter(|(f, _)| f.room_id == room_id)
+            .filter_map(|(f, d)| {
                 let mut score = 0.0;
-                for t in &terms {
-                    let tf = w.iter().filter(|x| *x == t).count() as f64;
-                    if tf == 0.0 {
-                        continue;
+                for (t, idf) in terms.iter().zip(&idf) {
+                    let tf = d.iter().filter(|x| *x == t).count() as f64;
+                    if tf > 0.0 {
+                        score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * d.len() as f64 / avg));
                     }
-                    let df = docs.iter().filter(|(_, d)| d.contains(t)).count() as f64;
-                    let idf = ((n - df + 0.5) / (df + 0.5)).ln().max(1e-6);
-                    score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * w.len() as f64 / avg));
                 }
-                (score > 0.0).then_some(KeywordHit { finding_id: *id, score })
+                (score > 0.0).then_some(KeywordHit { finding_id: f.finding_id, score })
             })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id)));
         hits.truncate(limit);
-        Ok(hits)
+        Ok(KeywordSearch { hits, ideal })
     }
 }
 

@@ -301,8 +301,18 @@ pub struct FindingStats {
 pub struct KeywordHit {
     /// The finding.
     pub finding_id: FindingId,
-    /// Relevance, higher is better (e.g. negated FTS5 bm25).
+    /// Okapi BM25 (k1 = 1.2, b = 0.75) of the finding's content for the query; higher is better.
     pub score: f64,
+}
+
+/// The result of [`FindingStore::keyword_search`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeywordSearch {
+    /// Best first.
+    pub hits: Vec<KeywordHit>,
+    /// The sum of the distinct query terms' idf ([`crate::search::bm25_idf`]), with the same
+    /// statistics as the scores: `score / ideal` is the finding's keyword coverage.
+    pub ideal: f64,
 }
 
 /// Findings: the room's record and its commit order.
@@ -347,9 +357,13 @@ pub trait FindingStore: Send + Sync {
     /// Counts over the room's findings: exact, not estimates.
     async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats>;
 
-    /// Full-text search over content and tags in one room, best first, at most `limit`.
-    /// Only called when [`Capabilities::keyword_search`] is declared.
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<Vec<KeywordHit>>;
+    /// Keyword search over findings' content in one room: the findings containing at least one
+    /// of the query's terms ([`crate::search::keyword_terms`]), best first by Okapi BM25
+    /// (k1 = 1.2, b = 0.75, idf as [`crate::search::bm25_idf`]), at most `limit`. Document
+    /// statistics (row count, average length, document frequencies) may be per store rather than
+    /// per room, but `ideal` must use the same ones. Only called when
+    /// [`Capabilities::keyword_search`] is declared.
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch>;
 }
 
 /// The outcome of [`EntityStore::create_entity`].

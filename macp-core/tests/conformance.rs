@@ -1,7 +1,12 @@
 //! The conformance suite against the in-memory reference backend.
 
+use std::sync::Arc;
+
 async fn memory() -> Option<macp_testkit::Backend> {
-    Some(macp_testkit::Backend::new(std::sync::Arc::new(macp_core::memory::MemoryStore::new())))
+    Some(
+        macp_testkit::Backend::new(Arc::new(macp_core::memory::MemoryStore::new()))
+            .with_vector_index(Arc::new(macp_core::search::memory_index::MemoryVectorIndex::new())),
+    )
 }
 
 macp_testkit::conformance_tests!(memory);

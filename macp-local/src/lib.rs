@@ -37,10 +37,11 @@ use macp_core::model::{
     AgentSession, AgentStatus, Artifact, Entity, EntityType, Finding, Identifier, IndexStatus, Relationship,
     Room, RoomStatus, VisibilityMode,
 };
+use macp_core::search::{bm25_idf, keyword_terms};
 use macp_core::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
     EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
-    Insert, KeywordHit, RelationshipKey, RoomKey, RoomStore, Store, Write, WriteOperation,
+    Insert, KeywordHit, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write, WriteOperation,
 };
 use macp_core::{AgentId, ArtifactId, EntityId, Error, FindingId, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
@@ -684,17 +685,11 @@ fn room_token(room_id: RoomId) -> String {
     format!("r{}", room_id.to_string().replace('-', ""))
 }
 
-/// Turns free text into an FTS5 query, confined to one room, that matches any of its words:
-/// each word is quoted, so FTS5 operators and punctuation in agents' queries are plain text.
-fn fts_query(room_id: RoomId, q: &str) -> Option<String> {
-    let words: Vec<String> = q
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.to_lowercase()))
-        .collect();
-    (!words.is_empty()).then(|| {
-        format!("room : \"{}\" AND {{content tags}} : ({})", room_token(room_id), words.join(" OR "))
-    })
+/// An FTS5 query confined to one room that matches any of `terms`: each term is quoted, so FTS5
+/// operators and punctuation in agents' queries are plain text.
+fn fts_query(room_id: RoomId, terms: &[String]) -> String {
+    let words: Vec<String> = terms.iter().map(|w| format!("\"{}\"", w.replace('"', "\"\""))).collect();
+    format!("room : \"{}\" AND content : ({})", room_token(room_id), words.join(" OR "))
 }
 
 #[async_trait]
@@ -744,8 +739,8 @@ impl FindingStore for SqliteStore {
                 .map_err(sql_err)?;
             }
             tx.execute(
-                "INSERT INTO findings_fts (rowid, room, content, tags) VALUES (?, ?, ?, ?)",
-                params![rowid, room_token(f.room_id), f.content, f.tags.join(" ")],
+                "INSERT INTO findings_fts (rowid, room, content) VALUES (?, ?, ?)",
+                params![rowid, room_token(f.room_id), f.content],
             )
             .map_err(sql_err)?;
             record_claim(&tx, &room, claim.as_ref())?;
@@ -892,28 +887,45 @@ impl FindingStore for SqliteStore {
         .await
     }
 
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<Vec<KeywordHit>> {
-        let Some(fts) = fts_query(room_id, query) else { return Ok(Vec::new()) };
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
+        let terms = keyword_terms(query);
+        if terms.is_empty() {
+            return Ok(KeywordSearch::default());
+        }
         self.read(move |c| {
+            // N and each term's document frequency, exactly as FTS5's bm25() sees them.
+            let total: i64 = c
+                .query_row("SELECT coalesce(max(id), 0) FROM findings", [], |r| r.get(0))
+                .map_err(sql_err)?;
+            let mut ideal = 0.0;
+            {
+                let mut df =
+                    c.prepare_cached("SELECT doc FROM findings_fts_terms WHERE term = ?").map_err(sql_err)?;
+                for t in &terms {
+                    let n: i64 =
+                        df.query_row(params![t], |r| r.get(0)).optional().map_err(sql_err)?.unwrap_or(0);
+                    ideal += bm25_idf(total as u64, n as u64);
+                }
+            }
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT f.finding_id, rank
+                    "SELECT f.finding_id, -bm25(findings_fts, 0.0, 1.0) AS score
                      FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid
                      WHERE findings_fts MATCH ? AND f.room_id = ?
-                     ORDER BY rank LIMIT ?",
+                     ORDER BY score DESC, findings_fts.rowid LIMIT ?",
                 )
                 .map_err(sql_err)?;
             let rows = stmt
-                .query_map(params![fts, room_id.to_string(), limit as i64], |r| {
+                .query_map(params![fts_query(room_id, &terms), room_id.to_string(), limit as i64], |r| {
                     Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
                 })
                 .map_err(sql_err)?;
-            let mut out = Vec::new();
+            let mut hits = Vec::new();
             for row in rows {
-                let (id, rank) = row.map_err(sql_err)?;
-                out.push(KeywordHit { finding_id: parse(&id)?, score: -rank });
+                let (id, score) = row.map_err(sql_err)?;
+                hits.push(KeywordHit { finding_id: parse(&id)?, score });
             }
-            Ok(out)
+            Ok(KeywordSearch { hits, ideal })
         })
         .await
     }

@@ -65,10 +65,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (room_id, tag, seq)
     ) STRICT, WITHOUT ROWID;
 
-    -- Keyword index over content and tags, rowid = findings.id. Contentless: the findings
+    -- Keyword index over findings' content, rowid = findings.id. Contentless: the findings
     -- table is the single source of truth, hits are hydrated from it. `room` holds one token
-    -- per room (`r` + the room id's hex digits) so a query is confined to its room inside FTS5.
-    CREATE VIRTUAL TABLE findings_fts USING fts5 (room, content, tags, content = '');
+    -- per room (`r` + the room id's hex digits) so a query is confined to its room inside FTS5;
+    -- it is weighted 0 in bm25(). findings_fts_terms gives each term's document frequency.
+    CREATE VIRTUAL TABLE findings_fts USING fts5 (room, content, content = '');
+    CREATE VIRTUAL TABLE findings_fts_terms USING fts5vocab (findings_fts, 'row');
 
     -- Finding vectors (f32 little-endian), the durable half of the vector index.
     CREATE TABLE finding_vectors (

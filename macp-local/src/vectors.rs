@@ -362,6 +362,19 @@ impl VectorIndex for SqliteStore {
             .map_err(|e| Error::backend("sqlite", true, format!("scan task failed: {e}"), None))
     }
 
+    async fn scores(&self, room_id: RoomId, vector: &[f32], ids: &[FindingId]) -> Result<Vec<VectorHit>> {
+        let rv = self.room_vectors(room_id).await?;
+        let (q, qs) = quantize(vector);
+        Ok(ids
+            .iter()
+            .filter_map(|id| rv.pos.get(id).map(|&i| (id, i)))
+            .map(|(id, i)| VectorHit {
+                finding_id: *id,
+                score: dot_i8(&rv.codes[i * rv.dim..(i + 1) * rv.dim], &q) as f32 * rv.scales[i] * qs,
+            })
+            .collect())
+    }
+
     async fn count(&self, room_id: RoomId) -> Result<u64> {
         self.read(move |c| {
             c.query_row(

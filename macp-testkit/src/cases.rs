@@ -15,6 +15,8 @@ use macp_core::{AgentId, EntityId, Error, FindingId, Limits, Macp, Principal, Re
 
 use crate::{Backend, ManualClock};
 
+pub use crate::search_cases::*;
+
 /// Asserts that `r` failed with `code`, returning the error.
 #[track_caller]
 pub fn expect_code<T: std::fmt::Debug>(r: Result<T>, code: &str) -> Error {

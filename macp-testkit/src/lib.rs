@@ -34,10 +34,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use macp_core::search::VectorIndex;
 use macp_core::{Clock, Macp, Store, Timestamp};
 
 pub mod cases;
 pub mod props;
+pub mod search_cases;
 
 #[doc(hidden)]
 pub use tokio as __tokio;
@@ -47,6 +49,8 @@ pub use tokio as __tokio;
 pub struct Backend {
     /// The store.
     pub store: Arc<dyn Store>,
+    /// The backend's vector index, if it has one (search cases skip without it).
+    pub vector_index: Option<Arc<dyn VectorIndex>>,
     /// Opens a second store on the same data (used to check durability).
     pub reopen: Option<Arc<dyn Fn() -> Arc<dyn Store> + Send + Sync>>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
@@ -61,7 +65,13 @@ impl fmt::Debug for Backend {
 impl Backend {
     /// A backend with nothing to keep alive.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, reopen: None, _guard: None }
+        Self { store, vector_index: None, reopen: None, _guard: None }
+    }
+
+    /// Declares the backend's vector index.
+    pub fn with_vector_index(mut self, index: Arc<dyn VectorIndex>) -> Self {
+        self.vector_index = Some(index);
+        self
     }
 
     /// Keeps `guard` alive as long as the backend (dropped after the case).
@@ -171,6 +181,13 @@ macro_rules! conformance_tests {
             list_artifacts_filters_by_finding_and_entity_alias,
             idempotent_register_artifact_replays,
             acknowledged_writes_survive_reopen,
+            search_finds_a_paraphrase_without_shared_words,
+            search_finds_an_exact_identifier_first,
+            search_stays_in_its_room_and_honours_filters,
+            posts_are_indexed_inline_and_searchable_at_once,
+            failed_indexing_loses_nothing_and_reconciles_exactly_once,
+            pending_findings_are_found_by_their_words,
+            an_index_built_by_another_model_is_refused_until_reindexed,
         );
         $crate::__props!(
             $factory;

@@ -106,6 +106,16 @@ impl VectorIndex for MemoryVectorIndex {
         Ok(hits)
     }
 
+    async fn scores(&self, room_id: RoomId, vector: &[f32], ids: &[FindingId]) -> Result<Vec<VectorHit>> {
+        let s = self.lock();
+        let Some(room) = s.rooms.get(&room_id) else { return Ok(Vec::new()) };
+        Ok(ids
+            .iter()
+            .filter_map(|id| room.get(id))
+            .map(|r| VectorHit { finding_id: r.finding_id, score: dot(&r.vector, vector) })
+            .collect())
+    }
+
     async fn count(&self, room_id: RoomId) -> Result<u64> {
         Ok(self.lock().rooms.get(&room_id).map_or(0, |r| r.len() as u64))
     }

@@ -134,8 +134,35 @@ pub trait VectorIndex: Send + Sync + Debug {
         filter: &VectorFilter,
     ) -> Result<Vec<VectorHit>>;
 
+    /// Cosine similarity of `vector` with each of `ids` that has a record in the room (ids
+    /// without one are omitted). Lets fusion score keyword matches that fell outside the top k.
+    async fn scores(&self, room_id: RoomId, vector: &[f32], ids: &[FindingId]) -> Result<Vec<VectorHit>>;
+
     /// Number of records stored for a room.
     async fn count(&self, room_id: RoomId) -> Result<u64>;
+}
+
+/// The terms a keyword index sees in `text`, as SQLite FTS5's default `unicode61` tokenizer
+/// produces them: split on every character that is not a letter or digit, lowercased, with
+/// diacritics removed; distinct, in first-occurrence order.
+pub fn keyword_terms(text: &str) -> Vec<String> {
+    use unicode_normalization::UnicodeNormalization;
+    use unicode_normalization::char::is_combining_mark;
+    let mut out: Vec<String> = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        let t: String = word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase).collect();
+        if !t.is_empty() && !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// BM25's inverse document frequency as FTS5 computes it: `ln((N - n + 0.5) / (n + 0.5))`,
+/// floored at 1e-6, for a term found in `n` of `total` rows.
+pub fn bm25_idf(total: u64, n: u64) -> f64 {
+    let idf = ((total as f64 - n as f64 + 0.5) / (n as f64 + 0.5)).ln();
+    if idf <= 0.0 { 1e-6 } else { idf }
 }
 
 /// Scales `v` to unit length in place (a zero vector stays zero).

@@ -158,7 +158,7 @@ impl MacpBuilder {
             ));
         }
         let search = match (self.embedder, self.index) {
-            (Some(e), Some(i)) => Some(search::Search::new(e, i, self.search)),
+            (Some(e), Some(i)) => Some(search::Search::new(e, i)),
             (None, None) => None,
             _ => {
                 return Err(Error::invalid(
@@ -170,6 +170,7 @@ impl MacpBuilder {
         Ok(Macp {
             inner: Arc::new(Inner {
                 search,
+                search_config: self.search,
                 store,
                 limits: self.limits,
                 caps: self.context_caps,
@@ -188,6 +189,7 @@ pub struct Macp {
 struct Inner {
     store: Arc<dyn Store>,
     search: Option<search::Search>,
+    search_config: SearchConfig,
     limits: Limits,
     caps: ContextCaps,
     clock: Arc<dyn Clock>,

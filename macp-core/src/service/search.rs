@@ -64,18 +64,13 @@ impl Default for SearchConfig {
 pub(crate) struct Search {
     pub(crate) embedder: Arc<dyn Embedder>,
     pub(crate) index: Arc<dyn VectorIndex>,
-    pub(crate) config: SearchConfig,
     verified: OnceCell<()>,
     in_flight: Mutex<HashSet<FindingId>>,
 }
 
 impl Search {
-    pub(crate) fn new(
-        embedder: Arc<dyn Embedder>,
-        index: Arc<dyn VectorIndex>,
-        config: SearchConfig,
-    ) -> Self {
-        Self { embedder, index, config, verified: OnceCell::new(), in_flight: Mutex::new(HashSet::new()) }
+    pub(crate) fn new(embedder: Arc<dyn Embedder>, index: Arc<dyn VectorIndex>) -> Self {
+        Self { embedder, index, verified: OnceCell::new(), in_flight: Mutex::new(HashSet::new()) }
     }
 
     fn model(&self) -> IndexModel {
@@ -255,14 +250,18 @@ impl Macp {
     /// until none are left or `max` were attempted. Failures leave findings pending for the
     /// next pass.
     pub async fn reconcile(&self, max: usize) -> Result<ReconcileReport> {
-        let Some(s) = self.search_parts() else { return Ok(ReconcileReport::default()) };
+        if self.search_parts().is_none() {
+            return Ok(ReconcileReport::default());
+        }
         self.verify_index().await?;
         let mut report = ReconcileReport::default();
         let mut attempted = 0usize;
         let mut skip: HashSet<FindingId> = HashSet::new();
         while attempted < max {
-            let before = self.now().plus_millis(-(s.config.reconcile_grace.as_millis() as i64));
-            let want = s.config.reconcile_batch.min(max - attempted);
+            // Inclusive of findings exactly `grace` old.
+            let before =
+                self.now().plus_millis(1 - self.inner.search_config.reconcile_grace.as_millis() as i64);
+            let want = self.inner.search_config.reconcile_batch.min(max - attempted);
             let pending: Vec<Finding> = self
                 .inner
                 .store
@@ -322,7 +321,8 @@ impl Macp {
         let mut total = ReconcileReport::default();
         loop {
             let before = self.now().plus_millis(1);
-            let pending = self.inner.store.pending_findings(before, s.config.reconcile_batch).await?;
+            let pending =
+                self.inner.store.pending_findings(before, self.inner.search_config.reconcile_batch).await?;
             if pending.is_empty() {
                 break;
             }
@@ -343,38 +343,61 @@ impl Macp {
     pub async fn search_findings(&self, _who: &Principal, q: SearchFindings) -> Result<SearchResults> {
         let l = &self.inner.limits;
         self.room(q.room_id).await?;
-        let cfg = self.search_parts().map(|s| s.config.clone()).unwrap_or_default();
+        let cfg = &self.inner.search_config;
         let query = validate::required_text("query", &q.query, cfg.max_query_bytes)?;
         let limit = validate::page_size("limit", q.limit, cfg.default_results, cfg.max_results)?;
         let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
         let filter = VectorFilter { tags_any: tags.clone(), agent_id: q.agent_id.clone() };
         let filtered = !tags.is_empty() || q.agent_id.is_some();
 
-        let mut semantic = Vec::new();
-        let mut semantic_ok = false;
+        // Semantic evidence: the nearest findings, plus the cosine of every keyword match
+        // outside them, so fusion sees both signals for every candidate.
+        let mut vector = None;
         if let Some(s) = self.search_parts() {
-            let vector = async {
+            let v = async {
                 self.verify_index().await?;
                 let mut v = s.embedder.embed(std::slice::from_ref(&query)).await?;
                 v.pop().ok_or_else(|| Error::backend("embedder", true, "embedder returned no vector", None))
             }
             .await;
             // A failing embedder degrades search to keywords rather than failing it.
-            if let Ok(v) = vector {
-                semantic = s.index.query(q.room_id, &v, cfg.candidates, &filter).await?;
-                semantic_ok = true;
-            }
+            vector = v.ok();
         }
         let keyword = if self.inner.store.capabilities().keyword_search {
             // Filters apply after hydration, so widen the keyword pool when filtering.
             let k = if filtered { cfg.candidates * 4 } else { cfg.candidates };
             self.inner.store.keyword_search(q.room_id, &query, k).await?
         } else {
-            Vec::new()
+            Default::default()
         };
-        let sem: Vec<(FindingId, f32)> = semantic.iter().map(|h| (h.finding_id, h.score)).collect();
-        let kw: Vec<(FindingId, f64)> = keyword.iter().map(|h| (h.finding_id, h.score)).collect();
-        let fused = fuse(&sem, &kw, &cfg.fusion);
+        let mut cosines: Vec<(FindingId, f32)> = Vec::new();
+        if let (Some(s), Some(v)) = (self.search_parts(), &vector) {
+            cosines = s
+                .index
+                .query(q.room_id, v, cfg.candidates, &filter)
+                .await?
+                .into_iter()
+                .map(|h| (h.finding_id, h.score))
+                .collect();
+            let missing: Vec<FindingId> = keyword
+                .hits
+                .iter()
+                .map(|h| h.finding_id)
+                .filter(|id| !cosines.iter().any(|c| c.0 == *id))
+                .collect();
+            if !missing.is_empty() {
+                cosines.extend(
+                    s.index
+                        .scores(q.room_id, v, &missing)
+                        .await?
+                        .into_iter()
+                        .map(|h| (h.finding_id, h.score)),
+                );
+            }
+        }
+        let kw: Vec<(FindingId, f64)> = keyword.hits.iter().map(|h| (h.finding_id, h.score)).collect();
+        let fused = fuse(&cosines, &kw, keyword.ideal, &cfg.fusion);
+        let semantic_ok = vector.is_some();
 
         let mut results = Vec::with_capacity(limit);
         let aliases = self.aliases(q.room_id).await?;
