@@ -2,7 +2,11 @@
 //!
 //! ```text
 //! cargo run --release -p macp-examples --bin search-eval -- ../shared/eval/search-relevance.json
+//! cargo run --release -p macp-examples --bin search-eval -- FILE --check   # exit 1 below the goal
 //! ```
+//!
+//! `--check` fails unless the default search reaches MRR 0.62 overall and hit@1 0.95 on
+//! keyword queries (the quality goal); the test command runs it.
 //!
 //! Loads every room of the file into a fresh SQLite store (one `post_finding` per finding, by
 //! its agent, in file order), runs every query with `search_findings` ranking the whole room,
@@ -159,7 +163,13 @@ async fn evaluate(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).ok_or("usage: search-eval RELEVANCE.json")?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = args
+        .iter()
+        .find(|a| !a.starts_with("--"))
+        .ok_or("usage: search-eval RELEVANCE.json [--check]")?
+        .clone();
+    let check = args.iter().any(|a| a == "--check");
     let file: File = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
     println!(
         "{}: {} rooms, {} findings, {} queries; every query ranks its whole room\n",
@@ -168,17 +178,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         file.findings.len(),
         file.queries.len()
     );
+    let mut verdict = Ok(());
     for (label, mode) in [
         ("default (hybrid: built-in model + BM25)", Mode::Hybrid),
-        ("keyword only (FTS5 BM25)", Mode::Keyword),
+        ("keyword only (BM25)", Mode::Keyword),
         ("semantic only (built-in model)", Mode::Semantic),
     ] {
         let (overall, by_kind) = evaluate(&file, mode).await?;
+        if mode == Mode::Hybrid {
+            let mrr = overall.mrr / overall.n.max(1) as f64;
+            let kw = by_kind.get("keyword").map_or(1.0, |s| s.hit1 / s.n.max(1) as f64);
+            if mrr < 0.62 || kw < 0.95 {
+                verdict = Err(format!(
+                    "below the goal: MRR {mrr:.3} (goal 0.62), keyword hit@1 {kw:.3} (goal 0.95)"
+                ));
+            }
+        }
         println!("{label}\n  overall     {}", overall.line());
         for (kind, s) in &by_kind {
             println!("  {kind:<11} {}", s.line());
         }
         println!();
+        if check && mode == Mode::Hybrid {
+            break;
+        }
+    }
+    if check {
+        verdict?;
+        println!("quality goal met: MRR >= 0.62 overall and keyword hit@1 >= 0.95");
     }
     Ok(())
 }

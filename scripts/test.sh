@@ -16,6 +16,14 @@ step "example: an embedded investigation"
 MACP_DATA_DIR="$(mktemp -d)" cargo run --quiet -p macp-examples --example investigation >/dev/null
 echo "example ran"
 
+step "search quality on the labelled set (goal: MRR >= 0.62, keyword hit@1 >= 0.95)"
+eval_set="${MACP_EVAL_SET:-../shared/eval/search-relevance.json}"
+if [ -f "$eval_set" ]; then
+  cargo run --quiet -p macp-examples --bin search-eval -- "$eval_set" --check
+else
+  echo "no labelled set at $eval_set (set MACP_EVAL_SET): skipped"
+fi
+
 step "end-to-end: the macp server with real MCP clients"
 cargo build --quiet -p macp-mcp --bin macp
 bash scripts/e2e.sh

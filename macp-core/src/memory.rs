@@ -16,11 +16,11 @@ use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, Us
 use crate::model::{
     AgentSession, Artifact, Entity, Finding, Identifier, IndexStatus, Relationship, Room, RoomStatus,
 };
-use crate::search::{bm25_idf, keyword_terms};
+use crate::search::keyword::KeywordIndex;
 use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
     EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
-    Insert, KeywordHit, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
+    Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -40,6 +40,7 @@ struct State {
     relationships: BTreeMap<(RoomId, RelationshipKey), Relationship>,
     artifacts: BTreeMap<(RoomId, ArtifactId), Artifact>,
     idempotency: HashMap<(RoomId, String), IdempotencyRecord>,
+    keywords: HashMap<RoomId, KeywordIndex>,
 }
 
 impl MemoryStore {
@@ -190,11 +191,6 @@ fn matches(f: &Finding, q: &FindingQuery) -> bool {
         && q.until.is_none_or(|t| f.created_at < t)
 }
 
-/// Every token of `s` (with repeats), as FTS5's unicode61 tokenizer sees it.
-fn words(s: &str) -> Vec<String> {
-    s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).flat_map(keyword_terms).collect()
-}
-
 #[async_trait]
 impl FindingStore for MemoryStore {
     async fn append_finding(
@@ -211,6 +207,7 @@ impl FindingStore for MemoryStore {
         let mut stored = finding.clone();
         stored.seq = list.len() as u64 + 1;
         list.push(stored.clone());
+        s.keywords.entry(finding.room_id).or_default().add(stored.finding_id, &stored.content);
         s.record(finding.room_id, claim);
         Ok(Write::Applied(stored))
     }
@@ -297,35 +294,9 @@ impl FindingStore for MemoryStore {
     async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
         interleave().await;
         let s = self.lock();
-        let terms = keyword_terms(query);
-        // Statistics over the whole store, as one FTS5 table over every room would keep them.
-        let all: Vec<&Finding> = s.findings.values().flatten().collect();
-        let tokens: Vec<Vec<String>> = all.iter().map(|f| words(&f.content)).collect();
-        let n = all.len() as u64;
-        let avg = tokens.iter().map(Vec::len).sum::<usize>() as f64 / (n.max(1) as f64);
-        let idf: Vec<f64> = terms
-            .iter()
-            .map(|t| bm25_idf(n, tokens.iter().filter(|d| d.contains(t)).count() as u64))
-            .collect();
-        let ideal = idf.iter().sum();
-        let mut hits: Vec<KeywordHit> = all
-            .iter()
-            .zip(&tokens)
-            .filter(|(f, _)| f.room_id == room_id)
-            .filter_map(|(f, d)| {
-                let mut score = 0.0;
-                for (t, idf) in terms.iter().zip(&idf) {
-                    let tf = d.iter().filter(|x| *x == t).count() as f64;
-                    if tf > 0.0 {
-                        score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * d.len() as f64 / avg));
-                    }
-                }
-                (score > 0.0).then_some(KeywordHit { finding_id: f.finding_id, score })
-            })
-            .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id)));
-        hits.truncate(limit);
-        Ok(KeywordSearch { hits, ideal })
+        Ok(s.keywords
+            .get(&room_id)
+            .map_or_else(|| KeywordIndex::new().search(query, limit), |ix| ix.search(query, limit)))
     }
 }
 

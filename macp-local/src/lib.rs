@@ -10,8 +10,10 @@
 //!   the single writer connection, which is what gives findings their gap-free commit sequence.
 //!   Reads use a small pool of reader connections and see committed snapshots.
 //! - Blocking SQLite calls run on tokio's blocking pool, never on the async runtime's workers.
-//! - Full-text search over findings (FTS5, BM25) is written in the same transaction as the
-//!   finding itself.
+//! - A full-text index (FTS5) is written in the same transaction as each finding. Search ranks
+//!   keywords with an in-memory BM25 index per room (the same formula, checked against FTS5's
+//!   `bm25()`), and vectors with an in-memory scan (see [`vectors`]): both are loaded from the
+//!   database on first use and kept current by every write.
 //!
 //! ```no_run
 //! # fn main() -> macp_core::Result<()> {
@@ -37,11 +39,11 @@ use macp_core::model::{
     AgentSession, AgentStatus, Artifact, Entity, EntityType, Finding, Identifier, IndexStatus, Relationship,
     Room, RoomStatus, VisibilityMode,
 };
-use macp_core::search::{bm25_idf, keyword_terms};
+use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
     EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
-    Insert, KeywordHit, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write, WriteOperation,
+    Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write, WriteOperation,
 };
 use macp_core::{AgentId, ArtifactId, EntityId, Error, FindingId, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
@@ -156,6 +158,7 @@ impl SqliteStoreBuilder {
             inner: Arc::new(Shared {
                 writer: Mutex::new(writer),
                 vectors: Mutex::new(vectors::VectorCache::default()),
+                keywords: Mutex::new(KeywordCache::default()),
                 readers: Mutex::new(readers),
                 path,
                 builder: self,
@@ -198,6 +201,7 @@ pub struct SqliteStore {
 struct Shared {
     writer: Mutex<Connection>,
     vectors: Mutex<vectors::VectorCache>,
+    keywords: Mutex<KeywordCache>,
     readers: Mutex<Vec<Connection>>,
     path: PathBuf,
     builder: SqliteStoreBuilder,
@@ -680,22 +684,11 @@ impl AgentStore for SqliteStore {
     }
 }
 
-/// The FTS token standing for a room.
-fn room_token(room_id: RoomId) -> String {
-    format!("r{}", room_id.to_string().replace('-', ""))
-}
-
-/// An FTS5 query confined to one room that matches any of `terms`: each term is quoted, so FTS5
-/// operators and punctuation in agents' queries are plain text.
-fn fts_query(room_id: RoomId, terms: &[String]) -> String {
-    let words: Vec<String> = terms.iter().map(|w| format!("\"{}\"", w.replace('"', "\"\""))).collect();
-    format!("room : \"{}\" AND content : ({})", room_token(room_id), words.join(" OR "))
-}
-
 #[async_trait]
 impl FindingStore for SqliteStore {
     async fn append_finding(&self, f: &Finding, claim: Option<&IdempotencyClaim>) -> Result<Write<Finding>> {
         let (f, claim) = (f.clone(), claim.cloned());
+        let inner = self.inner.clone();
         self.write(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
             let room = f.room_id.to_string();
@@ -738,13 +731,17 @@ impl FindingStore for SqliteStore {
                 )
                 .map_err(sql_err)?;
             }
-            tx.execute(
-                "INSERT INTO findings_fts (rowid, room, content) VALUES (?, ?, ?)",
-                params![rowid, room_token(f.room_id), f.content],
-            )
-            .map_err(sql_err)?;
+            tx.execute("INSERT INTO findings_fts (rowid, content) VALUES (?, ?)", params![rowid, f.content])
+                .map_err(sql_err)?;
             record_claim(&tx, &room, claim.as_ref())?;
             tx.commit().map_err(sql_err)?;
+            // Still under the writer lock: cache updates apply in commit order.
+            let mut cache = lock(&inner.keywords);
+            cache.generation += 1;
+            if let Some(ix) = cache.rooms.get_mut(&f.room_id) {
+                Arc::make_mut(ix).add(f.finding_id, &f.content);
+            }
+            drop(cache);
             let mut stored = f;
             stored.seq = seq as u64;
             Ok(Write::Applied(stored))
@@ -758,8 +755,10 @@ impl FindingStore for SqliteStore {
         }
         let ids: Vec<SqlValue> = ids.iter().map(text).collect();
         self.read(move |c| {
+            // `+room_id` keeps the planner on the finding_id index: a lookup of a few ids must not
+            // become a scan of the room through the (room_id, seq) index.
             let sql = format!(
-                "SELECT {FINDING_COLS} FROM findings WHERE room_id = ? AND finding_id IN {}",
+                "SELECT {FINDING_COLS} FROM findings WHERE +room_id = ? AND finding_id IN {}",
                 placeholders(ids.len())
             );
             let mut p = vec![text(room_id)];
@@ -888,46 +887,51 @@ impl FindingStore for SqliteStore {
     }
 
     async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
-        let terms = keyword_terms(query);
-        if terms.is_empty() {
-            return Ok(KeywordSearch::default());
-        }
-        self.read(move |c| {
-            // N and each term's document frequency, exactly as FTS5's bm25() sees them.
-            let total: i64 = c
-                .query_row("SELECT coalesce(max(id), 0) FROM findings", [], |r| r.get(0))
-                .map_err(sql_err)?;
-            let mut ideal = 0.0;
-            {
-                let mut df =
-                    c.prepare_cached("SELECT doc FROM findings_fts_terms WHERE term = ?").map_err(sql_err)?;
-                for t in &terms {
-                    let n: i64 =
-                        df.query_row(params![t], |r| r.get(0)).optional().map_err(sql_err)?.unwrap_or(0);
-                    ideal += bm25_idf(total as u64, n as u64);
+        let index = self.room_keywords(room_id).await?;
+        let query = query.to_owned();
+        tokio::task::spawn_blocking(move || index.search(&query, limit))
+            .await
+            .map_err(|e| Error::backend("sqlite", true, format!("keyword task failed: {e}"), None))
+    }
+}
+
+/// Per-room in-memory keyword indexes (see [`macp_core::search::keyword`]), loaded from the
+/// findings table on first use and kept current by appends. The generation counter tells a
+/// loader whether an append raced its read; its snapshot is then used once and not cached.
+#[derive(Debug, Default)]
+struct KeywordCache {
+    rooms: std::collections::HashMap<RoomId, Arc<KeywordIndex>>,
+    generation: u64,
+}
+
+impl SqliteStore {
+    async fn room_keywords(&self, room_id: RoomId) -> Result<Arc<KeywordIndex>> {
+        let generation = {
+            let cache = lock(&self.inner.keywords);
+            if let Some(ix) = cache.rooms.get(&room_id) {
+                return Ok(ix.clone());
+            }
+            cache.generation
+        };
+        let loaded = self
+            .read(move |c| {
+                let mut ix = KeywordIndex::new();
+                let mut stmt = c
+                    .prepare_cached("SELECT finding_id, content FROM findings WHERE room_id = ? ORDER BY seq")
+                    .map_err(sql_err)?;
+                let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
+                while let Some(r) = rows.next().map_err(sql_err)? {
+                    let id: FindingId = parse(&r.get::<_, String>(0).map_err(sql_err)?)?;
+                    ix.add(id, &r.get::<_, String>(1).map_err(sql_err)?);
                 }
-            }
-            let mut stmt = c
-                .prepare_cached(
-                    "SELECT f.finding_id, -bm25(findings_fts, 0.0, 1.0) AS score
-                     FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid
-                     WHERE findings_fts MATCH ? AND f.room_id = ?
-                     ORDER BY score DESC, findings_fts.rowid LIMIT ?",
-                )
-                .map_err(sql_err)?;
-            let rows = stmt
-                .query_map(params![fts_query(room_id, &terms), room_id.to_string(), limit as i64], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?))
-                })
-                .map_err(sql_err)?;
-            let mut hits = Vec::new();
-            for row in rows {
-                let (id, score) = row.map_err(sql_err)?;
-                hits.push(KeywordHit { finding_id: parse(&id)?, score });
-            }
-            Ok(KeywordSearch { hits, ideal })
-        })
-        .await
+                Ok(Arc::new(ix))
+            })
+            .await?;
+        let mut cache = lock(&self.inner.keywords);
+        if cache.generation == generation {
+            cache.rooms.insert(room_id, loaded.clone());
+        }
+        Ok(loaded)
     }
 }
 

@@ -65,12 +65,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (room_id, tag, seq)
     ) STRICT, WITHOUT ROWID;
 
-    -- Keyword index over findings' content, rowid = findings.id. Contentless: the findings
-    -- table is the single source of truth, hits are hydrated from it. `room` holds one token
-    -- per room (`r` + the room id's hex digits) so a query is confined to its room inside FTS5;
-    -- it is weighted 0 in bm25(). findings_fts_terms gives each term's document frequency.
-    CREATE VIRTUAL TABLE findings_fts USING fts5 (room, content, content = '');
-    CREATE VIRTUAL TABLE findings_fts_terms USING fts5vocab (findings_fts, 'row');
+    -- Full-text index over findings' content, rowid = findings.id, written in the same
+    -- transaction as the finding. Contentless: the findings table stays the single source of
+    -- truth. Search ranks with an in-memory BM25 index per room (same formula, kept equal to
+    -- FTS5's bm25() by tests/search_fixture.rs); this table serves ad-hoc SQL over the record,
+    -- e.g. `... FROM findings_fts JOIN findings f ON f.id = findings_fts.rowid WHERE
+    -- findings_fts MATCH 'timeout' AND f.room_id = ?`.
+    CREATE VIRTUAL TABLE findings_fts USING fts5 (content, content = '');
 
     -- Finding vectors (f32 little-endian), the durable half of the vector index.
     CREATE TABLE finding_vectors (

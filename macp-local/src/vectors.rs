@@ -78,17 +78,7 @@ impl RoomVectors {
             (filter.tags_any.is_empty() || self.tags[i].iter().any(|t| filter.tags_any.contains(t)))
                 && filter.agent_id.as_ref().is_none_or(|a| &self.agents[i] == a)
         };
-        let scan = |range: std::ops::Range<usize>| -> Vec<(f32, usize)> {
-            let mut out = Vec::with_capacity(range.len());
-            for i in range {
-                if !keep(i) {
-                    continue;
-                }
-                let row = &self.codes[i * self.dim..(i + 1) * self.dim];
-                out.push((dot_i8(row, &q) as f32 * self.scales[i] * qs, i));
-            }
-            out
-        };
+        let scan = |range: std::ops::Range<usize>| scan_rows(self, &q, qs, range, &keep);
         let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(4);
         let mut scored = if n >= 20_000 && threads > 1 {
             let chunk = n.div_ceil(threads);
@@ -113,6 +103,55 @@ impl RoomVectors {
     }
 }
 
+/// Scores rows `range` against the quantised query, using AVX2 when the CPU has it.
+fn scan_rows(
+    rv: &RoomVectors,
+    q: &[i8],
+    qs: f32,
+    range: std::ops::Range<usize>,
+    keep: &dyn Fn(usize) -> bool,
+) -> Vec<(f32, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: `scan_rows_avx2` only differs from `scan_rows_portable` in being compiled
+        // for AVX2, and the CPU was just checked to support AVX2.
+        #[allow(unsafe_code)]
+        return unsafe { scan_rows_avx2(rv, q, qs, range, keep) };
+    }
+    scan_rows_portable(rv, q, qs, range, keep)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn scan_rows_avx2(
+    rv: &RoomVectors,
+    q: &[i8],
+    qs: f32,
+    range: std::ops::Range<usize>,
+    keep: &dyn Fn(usize) -> bool,
+) -> Vec<(f32, usize)> {
+    scan_rows_portable(rv, q, qs, range, keep)
+}
+
+#[inline(always)]
+fn scan_rows_portable(
+    rv: &RoomVectors,
+    q: &[i8],
+    qs: f32,
+    range: std::ops::Range<usize>,
+    keep: &dyn Fn(usize) -> bool,
+) -> Vec<(f32, usize)> {
+    let mut out = Vec::with_capacity(range.len());
+    for i in range {
+        if !keep(i) {
+            continue;
+        }
+        let row = &rv.codes[i * rv.dim..(i + 1) * rv.dim];
+        out.push((dot_i8(row, q) as f32 * rv.scales[i] * qs, i));
+    }
+    out
+}
+
 /// Symmetric int8 quantisation with one scale per vector.
 fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
     let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -123,18 +162,23 @@ fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
     (v.iter().map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8).collect(), scale)
 }
 
-/// Integer dot product; written so the compiler vectorises it.
+/// Integer dot product, written in the shape that compiles to `pmaddwd` (pairs of i8 products
+/// summed into i32 lanes) so the scan is vectorised on any x86-64 and uses 256-bit lanes where
+/// AVX2 is present.
+#[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let mut acc = [0i32; 16];
-    let chunks = a.len() / 16;
-    for c in 0..chunks {
+    let (ca, cb) = (a.chunks_exact(32), b.chunks_exact(32));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
         for j in 0..16 {
-            acc[j] += a[c * 16 + j] as i32 * b[c * 16 + j] as i32;
+            acc[j] += i32::from(i16::from(x[2 * j]) * i16::from(y[2 * j]))
+                + i32::from(i16::from(x[2 * j + 1]) * i16::from(y[2 * j + 1]));
         }
     }
     let mut sum: i32 = acc.iter().sum();
-    for j in chunks * 16..a.len() {
-        sum += a[j] as i32 * b[j] as i32;
+    for (x, y) in ra.iter().zip(rb) {
+        sum += i32::from(*x) * i32::from(*y);
     }
     sum
 }

@@ -1,6 +1,6 @@
 //! The SQLite backend's hybrid search reproduces the recipe's reference pipeline
-//! (tools/embedder/search_fixture.json): the FTS5 idf and ideal exactly, BM25 within the effect of
-//! the per-room token column, the cosines within int8 rounding, and the same final ranking.
+//! (tools/embedder/search_fixture.json) and SQLite FTS5's own `bm25()`: idf and ideal exactly,
+//! BM25 within 1e-4, and the same final ranking.
 
 use std::sync::Arc;
 
