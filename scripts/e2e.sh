@@ -33,6 +33,9 @@ start_server() {
 echo "--> three Python MCP agents and a fresh one (auth off)"
 "$python" tests/e2e/mcp_e2e.py --macp "$macp"
 
+echo "--> stdio transport (Python client) and the human-facing commands"
+"$python" tests/e2e/stdio_cli.py --macp "$macp"
+
 echo "--> TypeScript SDK client"
 start_server ts
 node "$node_dir/ts_client.mjs" "$url"

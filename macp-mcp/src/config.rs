@@ -14,6 +14,14 @@
 //! | `--embeddings-url URL` | `MACP_EMBEDDINGS_URL` | `embeddings_url` | — (openai) |
 //! | `--embeddings-model NAME` | `MACP_EMBEDDINGS_MODEL` | `embeddings_model` | — (openai) |
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
+//! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
+//! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `<issuer>/.well-known/jwks.json` |
+//! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
+//! | `--auth-audience-claim NAME` | `MACP_AUTH_AUDIENCE_CLAIM` | `auth_audience_claim` | `aud` (`client_id` for Cognito access tokens) |
+//! | `--auth-user-claim NAME` | `MACP_AUTH_USER_CLAIM` | `auth_user_claim` | `sub` |
+//! | `--auth-read-scope NAME` | `MACP_AUTH_READ_SCOPE` | `auth_read_scope` | not enforced |
+//! | `--auth-write-scope NAME` | `MACP_AUTH_WRITE_SCOPE` | `auth_write_scope` | not enforced |
+//! | `--auth-leeway SECS` | `MACP_AUTH_LEEWAY` | `auth_leeway` | 30 |
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -75,6 +83,30 @@ pub struct ServeArgs {
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
+    /// OAuth authorization server issuer; turns authentication on.
+    #[arg(long, env = "MACP_AUTH_ISSUER")]
+    pub auth_issuer: Option<String>,
+    /// JWKS URL of the issuer.
+    #[arg(long, env = "MACP_AUTH_JWKS_URL")]
+    pub auth_jwks_url: Option<String>,
+    /// Audience the tokens must carry.
+    #[arg(long, env = "MACP_AUTH_AUDIENCE")]
+    pub auth_audience: Option<String>,
+    /// Claim holding the audience.
+    #[arg(long, env = "MACP_AUTH_AUDIENCE_CLAIM")]
+    pub auth_audience_claim: Option<String>,
+    /// Claim holding the user id recorded on writes.
+    #[arg(long, env = "MACP_AUTH_USER_CLAIM")]
+    pub auth_user_claim: Option<String>,
+    /// Scope allowing read tools.
+    #[arg(long, env = "MACP_AUTH_READ_SCOPE")]
+    pub auth_read_scope: Option<String>,
+    /// Scope allowing write tools.
+    #[arg(long, env = "MACP_AUTH_WRITE_SCOPE")]
+    pub auth_write_scope: Option<String>,
+    /// Seconds of clock skew tolerated on exp / nbf.
+    #[arg(long, env = "MACP_AUTH_LEEWAY")]
+    pub auth_leeway: Option<u64>,
 }
 
 /// The TOML file: every key optional.
@@ -100,6 +132,22 @@ pub struct FileConfig {
     pub embeddings_model: Option<String>,
     /// See `--reconcile-interval`.
     pub reconcile_interval: Option<u64>,
+    /// See `--auth-issuer`.
+    pub auth_issuer: Option<String>,
+    /// See `--auth-jwks-url`.
+    pub auth_jwks_url: Option<String>,
+    /// See `--auth-audience`.
+    pub auth_audience: Option<String>,
+    /// See `--auth-audience-claim`.
+    pub auth_audience_claim: Option<String>,
+    /// See `--auth-user-claim`.
+    pub auth_user_claim: Option<String>,
+    /// See `--auth-read-scope`.
+    pub auth_read_scope: Option<String>,
+    /// See `--auth-write-scope`.
+    pub auth_write_scope: Option<String>,
+    /// See `--auth-leeway`.
+    pub auth_leeway: Option<u64>,
 }
 
 impl FileConfig {
@@ -133,6 +181,48 @@ pub struct Resolved {
     pub local_user: String,
     /// Reconciler period in seconds.
     pub reconcile_interval: u64,
+    /// OAuth settings when an issuer is configured (public URL still to be applied).
+    pub auth: Option<AuthSettings>,
+}
+
+/// OAuth settings as configured.
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// Issuer.
+    pub issuer: String,
+    /// JWKS URL.
+    pub jwks_url: String,
+    /// Audience value.
+    pub audience: String,
+    /// Audience claim.
+    pub audience_claim: String,
+    /// User claim.
+    pub user_claim: String,
+    /// Read scope.
+    pub read_scope: Option<String>,
+    /// Write scope.
+    pub write_scope: Option<String>,
+    /// Leeway in seconds.
+    pub leeway: u64,
+}
+
+impl AuthSettings {
+    /// The verifier configuration for the MCP endpoint at `resource`.
+    pub fn config(&self, resource: String) -> crate::auth::AuthConfig {
+        crate::auth::AuthConfig {
+            issuer: self.issuer.clone(),
+            jwks_url: self.jwks_url.clone(),
+            audience: self.audience.clone(),
+            audience_claim: self.audience_claim.clone(),
+            user_claim: self.user_claim.clone(),
+            read_scope: self.read_scope.clone(),
+            write_scope: self.write_scope.clone(),
+            leeway: std::time::Duration::from_secs(self.leeway),
+            min_refresh: std::time::Duration::from_secs(30),
+            max_age: std::time::Duration::from_secs(3600),
+            resource,
+        }
+    }
 }
 
 impl Resolved {
@@ -158,6 +248,39 @@ impl Resolved {
                 .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
                 .unwrap_or_else(|| "local".to_owned()),
             reconcile_interval: serve.reconcile_interval.or(file.reconcile_interval).unwrap_or(30).max(1),
+            auth: match serve.auth_issuer.clone().or(file.auth_issuer) {
+                None => None,
+                Some(issuer) => {
+                    let issuer = issuer.trim_end_matches('/').to_owned();
+                    let audience = serve.auth_audience.clone().or(file.auth_audience).ok_or_else(|| {
+                        "--auth-issuer needs --auth-audience (MACP_AUTH_AUDIENCE): the audience value this \
+                         server's tokens carry, e.g. the Cognito app client id"
+                            .to_owned()
+                    })?;
+                    Some(AuthSettings {
+                        jwks_url: serve
+                            .auth_jwks_url
+                            .clone()
+                            .or(file.auth_jwks_url)
+                            .unwrap_or_else(|| format!("{issuer}/.well-known/jwks.json")),
+                        issuer,
+                        audience,
+                        audience_claim: serve
+                            .auth_audience_claim
+                            .clone()
+                            .or(file.auth_audience_claim)
+                            .unwrap_or_else(|| "aud".into()),
+                        user_claim: serve
+                            .auth_user_claim
+                            .clone()
+                            .or(file.auth_user_claim)
+                            .unwrap_or_else(|| "sub".into()),
+                        read_scope: serve.auth_read_scope.clone().or(file.auth_read_scope),
+                        write_scope: serve.auth_write_scope.clone().or(file.auth_write_scope),
+                        leeway: serve.auth_leeway.or(file.auth_leeway).unwrap_or(30),
+                    })
+                }
+            },
         })
     }
 }

@@ -9,6 +9,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{self, Verifier};
 use crate::server::MacpMcp;
 
 /// How the HTTP endpoint is exposed.
@@ -68,4 +69,23 @@ pub fn router(
     ct: CancellationToken,
 ) -> axum::Router {
     axum::Router::new().nest_service("/mcp", mcp_service(macp, local_user, opts, ct))
+}
+
+/// An axum router whose `/mcp` requires a bearer token validated by `verifier`, with the
+/// protected-resource metadata at `/.well-known/oauth-protected-resource/mcp` and at
+/// `/.well-known/oauth-protected-resource`.
+pub fn router_with_auth(
+    macp: Macp,
+    verifier: Verifier,
+    opts: &HttpOptions,
+    ct: CancellationToken,
+) -> axum::Router {
+    let mcp = axum::Router::new()
+        .nest_service("/mcp", mcp_service(macp, None, opts, ct))
+        .layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token));
+    axum::Router::new()
+        .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
+        .route("/.well-known/oauth-protected-resource", axum::routing::get(auth::metadata))
+        .with_state(verifier)
+        .merge(mcp)
 }

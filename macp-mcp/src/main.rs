@@ -17,8 +17,9 @@ use macp_core::service::{ListRooms, SearchFindings, TimelineQuery};
 use macp_core::{Macp, Principal, RoomId};
 use macp_local::SqliteStore;
 use macp_mcp::MacpMcp;
+use macp_mcp::auth::Verifier;
 use macp_mcp::config::{CommonArgs, EmbedderKind, Resolved, ServeArgs};
-use macp_mcp::http::{HttpOptions, router};
+use macp_mcp::http::{HttpOptions, router, router_with_auth};
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
 
@@ -34,7 +35,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the MCP server (Streamable HTTP on /mcp, or --stdio).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// List rooms, newest first.
     Rooms {
         /// Include closed rooms.
@@ -276,7 +277,8 @@ async fn open_for_reindex(cfg: &Resolved) -> Result<Macp, String> {
 }
 
 fn init_logs(to_stderr: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MACP_LOG").unwrap_or_else(|_| "info".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("MACP_LOG").unwrap_or_else(|_| "info,rmcp=warn".into());
     let b = tracing_subscriber::fmt().json().with_env_filter(filter).with_current_span(false);
     if to_stderr {
         b.with_writer(std::io::stderr).init();
@@ -303,10 +305,10 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         return Ok(());
     }
 
-    if !cfg.bind.ip().is_loopback() {
+    if !cfg.bind.ip().is_loopback() && cfg.auth.is_none() {
         return Err(format!(
             "refusing to serve {} without authentication: bind a loopback address (127.0.0.1) for local use, \
-             or configure an OAuth issuer with --auth-issuer (see README, \"Authentication\")",
+             or configure OAuth with --auth-issuer and --auth-audience (see README, \"Authentication\")",
             cfg.bind
         ));
     }
@@ -314,27 +316,66 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let public =
+        cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");
     let ct = CancellationToken::new();
-    let opts = HttpOptions { allowed_hosts: cfg.allowed_hosts.clone(), ..HttpOptions::default() };
-    let app = router(macp, Some(local.clone()), &opts, ct.child_token());
+    let mut allowed_hosts = cfg.allowed_hosts.clone();
+    if let Some(host) = public.split("://").nth(1).and_then(|r| r.split('/').next()) {
+        allowed_hosts.push(host.to_owned());
+    }
+    let opts = HttpOptions { allowed_hosts, ..HttpOptions::default() };
+    let app = match &cfg.auth {
+        None => router(macp, Some(local.clone()), &opts, ct.child_token()),
+        Some(a) => {
+            let verifier = Verifier::new(a.config(format!("{public}/mcp")))?;
+            router_with_auth(macp, verifier, &opts, ct.child_token())
+        }
+    };
     println!("listening on {url}");
-    tracing::info!(
-        url = %url,
-        data_dir = %cfg.data_dir.display(),
-        embedder = ?cfg.embedder,
-        user = %local.user_id,
-        "auth is off: serving loopback only, every request acts as the local user"
-    );
+    match &cfg.auth {
+        None => tracing::info!(
+            url = %url,
+            data_dir = %cfg.data_dir.display(),
+            embedder = ?cfg.embedder,
+            user = %local.user_id,
+            "auth is off: serving loopback only, every request acts as the local user"
+        ),
+        Some(a) => tracing::info!(
+            url = %url,
+            resource = %format!("{public}/mcp"),
+            issuer = %a.issuer,
+            audience_claim = %a.audience_claim,
+            user_claim = %a.user_claim,
+            data_dir = %cfg.data_dir.display(),
+            "auth is on: every request needs a bearer token from the issuer"
+        ),
+    }
+    // On SIGTERM / Ctrl-C: stop accepting, cancel MCP sessions (which ends their SSE streams),
+    // let in-flight requests finish, and give up waiting after GRACE.
+    const GRACE: Duration = Duration::from_secs(10);
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = {
         let ct = ct.clone();
         async move {
             wait_for_signal().await;
             tracing::info!("shutting down");
             ct.cancel();
+            let _ = stopping_tx.send(());
         }
     };
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(|e| e.to_string())?;
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let deadline = async {
+        if stopping_rx.await.is_ok() {
+            tokio::time::sleep(GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| e.to_string())?,
+        () = deadline => tracing::warn!(grace_secs = GRACE.as_secs(), "connections still open after the grace period; exiting"),
+    }
     drop(reconciler);
     Ok(())
 }

@@ -16,10 +16,11 @@ use macp_core::service::{
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
-    CallToolResult, ContentBlock, Implementation, JsonObject, LoggingLevel, PromptMessage, Role,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
+    LoggingLevel, PromptMessage, Role, ServerCapabilities, ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -511,6 +512,33 @@ impl ServerHandler for MacpMcp {
         )
         .with_server_info(Implementation::new("macp", env!("CARGO_PKG_VERSION")))
         .with_instructions(docs::INSTRUCTIONS)
+    }
+
+    /// Every tool call goes through here: one structured log line per call with the tool, the
+    /// user, the outcome (`ok` or the error code) and the duration. Arguments and results are
+    /// not logged: they may hold what people would rather keep in the room.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let tool = request.name.to_string();
+        let user = self.auth(&context).ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
+        let started = std::time::Instant::now();
+        let out = self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let outcome = match &out {
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => r
+                .structured_content
+                .as_ref()
+                .and_then(|v| v["error"]["code"].as_str())
+                .unwrap_or("tool_error")
+                .to_owned(),
+            Ok(_) => "ok".to_owned(),
+            Err(e) => format!("protocol_error {}", e.code.0),
+        };
+        tracing::info!(tool, user, outcome, ms, "tool call");
+        out
     }
 
     async fn set_level(

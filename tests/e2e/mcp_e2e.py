@@ -102,8 +102,10 @@ async def agent_main(url: str, room: str, name: str, token: str | None) -> dict:
     http, client = await session(url, token)
     async with http, client:
         joined = await call(client, "join_room", {"room_id": room, "agent_id": name, "agent_type": "python-mcp"})
-        ctx = await call(client, "get_room_context", {"room_id": room})
-        cursor = ctx["cursor"]
+        await call(client, "get_room_context", {"room_id": room})
+        # Poll from the beginning: this agent must see every finding, its own and the others',
+        # exactly once. (The context's cursor would skip what the context already showed.)
+        cursor = None
         # Every agent names the shared database host; they must converge on one entity.
         db = await call(client, "add_entity", {
             "room_id": room, "name": "orders database", "type": "resource",
@@ -141,7 +143,8 @@ async def agent_main(url: str, room: str, name: str, token: str | None) -> dict:
         deadline = time.monotonic() + 60
         while len(seen) < 9:
             expect(time.monotonic() < deadline, f"{name} saw only {len(seen)} of 9 findings")
-            u = await call(client, "get_updates", {"room_id": room, "cursor": cursor})
+            args = {"room_id": room} if cursor is None else {"room_id": room, "cursor": cursor}
+            u = await call(client, "get_updates", args)
             seen.extend(u["findings"])
             cursor = u["cursor"]
             if not u["findings"]:
@@ -206,12 +209,16 @@ async def orchestrate(args) -> None:
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for name in AGENTS
             ]
-            results = []
-            for p in procs:
+            results, failures = [], []
+            for name, p in zip(AGENTS, procs):
                 out, err = p.communicate(timeout=180)
                 if p.returncode != 0:
-                    raise Failure(f"agent process failed:\n{err.strip()[-2000:]}")
-                results.append(json.loads(out.strip().splitlines()[-1]))
+                    reason = next((l for l in reversed(err.splitlines()) if "Failure:" in l or "Error" in l), err.strip()[-500:])
+                    failures.append(f"{name}: {reason.strip()}")
+                else:
+                    results.append(json.loads(out.strip().splitlines()[-1]))
+            if failures:
+                raise Failure("agent processes failed:\n  " + "\n  ".join(failures))
             dbs = {r["db"] for r in results}
             expect(len(dbs) == 1, f"agents did not converge on one database entity: {dbs}")
             expect(sum(r["created_db"] for r in results) == 1, "exactly one agent created the shared entity")

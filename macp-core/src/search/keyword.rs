@@ -117,18 +117,20 @@ mod tests {
     #[test]
     fn rare_terms_outrank_common_ones_and_ties_keep_insertion_order() {
         let mut ix = KeywordIndex::new();
-        let ids: Vec<FindingId> = (0..4).map(|_| FindingId::generate()).collect();
+        let ids: Vec<FindingId> = (0..6).map(|_| FindingId::generate()).collect();
         ix.add(ids[0], "the database refused connections");
         ix.add(ids[1], "the cache was cold");
         ix.add(ids[2], "the queue backed up");
         ix.add(ids[3], "the cache was cold");
+        ix.add(ids[4], "the disk filled up");
+        ix.add(ids[5], "the deploy rolled back");
         let r = ix.search("database cache", 10);
         assert_eq!(r.hits[0].finding_id, ids[0], "`database` is in one row, `cache` in two");
         assert_eq!(r.hits[1].finding_id, ids[1]);
         assert_eq!(r.hits[2].finding_id, ids[3]);
         // `the` is in every row: its idf is floored and it matches nothing on its own.
         assert!(ix.search("the", 10).hits.is_empty());
-        let ideal = bm25_idf(4, 1) + bm25_idf(4, 2);
+        let ideal = bm25_idf(6, 1) + bm25_idf(6, 2);
         assert!((r.ideal - ideal).abs() < 1e-12);
     }
 }

@@ -1,0 +1,345 @@
+//! OAuth 2.1 protected resource: every request to `/mcp` carries a bearer JWT issued by the
+//! configured authorization server (Amazon Cognito, or any OIDC issuer), validated here, and
+//! mapped to the person whose actions are recorded.
+//!
+//! - 401 with `WWW-Authenticate: Bearer resource_metadata="…"` (RFC 9728) and, when a token was
+//!   presented, `error="invalid_token"` and a description (RFC 6750); a JSON body says the same.
+//! - Protected-resource metadata at `/.well-known/oauth-protected-resource/mcp` and
+//!   `/.well-known/oauth-protected-resource`.
+//! - Signatures checked against the issuer's JWKS: fetched over HTTP, cached, refreshed when a
+//!   token names an unknown `kid` — at most once per [`AuthConfig::min_refresh`], so a flood of
+//!   made-up kids cannot hammer the issuer — and every [`AuthConfig::max_age`] regardless.
+//! - Algorithms: RS256 and ES256 only, and only with a key of the matching type (never `none`,
+//!   never an HMAC algorithm against a public key).
+//! - `iss` exact; audience from a configurable claim (`aud`, or `client_id` for Cognito access
+//!   tokens, which carry no `aud`); `exp`/`nbf` with a small leeway; a `token_use` claim, when
+//!   present, must be `access` (Cognito ID tokens are refused).
+//! - Scopes (`scope` string or `scp` list): when configured, write tools need the write scope
+//!   (else 403 `insufficient_scope` with the RFC 6750 challenge) and every call needs the read
+//!   or the write scope.
+//! - Tokens never reach the logs: a refusal is logged with its reason only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use macp_core::Principal;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::server::Authenticated;
+
+/// Tools that write. A token without the write scope (when one is configured) may call only the
+/// others.
+pub const WRITE_TOOLS: &[&str] = &[
+    "create_room",
+    "join_room",
+    "close_room",
+    "declare_status",
+    "post_finding",
+    "add_entity",
+    "add_relationship",
+    "merge_entities",
+    "request_artifact_upload",
+    "register_artifact",
+];
+
+/// How tokens are validated.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// Expected `iss`.
+    pub issuer: String,
+    /// Where the issuer publishes its keys.
+    pub jwks_url: String,
+    /// Expected audience value.
+    pub audience: String,
+    /// Claim holding the audience (`aud`; `client_id` for Cognito access tokens).
+    pub audience_claim: String,
+    /// Claim holding the user id (`sub`, `email`, `username`, …).
+    pub user_claim: String,
+    /// Scope that allows read tools (enforced only when set).
+    pub read_scope: Option<String>,
+    /// Scope that allows write tools (enforced only when set).
+    pub write_scope: Option<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// Shortest interval between two JWKS fetches triggered by unknown kids.
+    pub min_refresh: Duration,
+    /// Longest time keys are cached before a refetch.
+    pub max_age: Duration,
+    /// The MCP endpoint's canonical URL (the `resource`).
+    pub resource: String,
+}
+
+impl AuthConfig {
+    /// The URL of the protected-resource metadata, as advertised in challenges.
+    pub fn metadata_url(&self) -> String {
+        let base = self.resource.trim_end_matches("/mcp").trim_end_matches('/');
+        format!("{base}/.well-known/oauth-protected-resource/mcp")
+    }
+
+    /// The metadata document (RFC 9728).
+    pub fn metadata(&self) -> Value {
+        let scopes: Vec<&String> = self.read_scope.iter().chain(self.write_scope.iter()).collect();
+        json!({
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "scopes_supported": scopes,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "MACP",
+        })
+    }
+}
+
+/// Why a token was refused: the `error_description` and the log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+#[derive(Debug, Default)]
+struct KeyCache {
+    keys: HashMap<String, Jwk>,
+    fetched: Option<Instant>,
+    last_unknown_refresh: Option<Instant>,
+}
+
+/// Validates bearer tokens against one issuer.
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    cfg: Arc<AuthConfig>,
+    http: reqwest::Client,
+    cache: Arc<Mutex<KeyCache>>,
+}
+
+impl Verifier {
+    /// A verifier; keys are fetched on first use.
+    pub fn new(cfg: AuthConfig) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client for JWKS: {e}"))?;
+        Ok(Self { cfg: Arc::new(cfg), http, cache: Arc::default() })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AuthConfig {
+        &self.cfg
+    }
+
+    async fn fetch(&self) -> Result<HashMap<String, Jwk>, Refusal> {
+        let set: JwkSet = self
+            .http
+            .get(&self.cfg.jwks_url)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| Refusal(format!("the issuer's keys could not be fetched: {e}")))?
+            .json()
+            .await
+            .map_err(|e| Refusal(format!("the issuer's key set is not valid JWKS: {e}")))?;
+        Ok(set.keys.into_iter().filter_map(|k| k.common.key_id.clone().map(|kid| (kid, k))).collect())
+    }
+
+    /// The key for `kid`, refreshing the cache when it is stale or (rate-limited) when the kid
+    /// is unknown.
+    async fn key(&self, kid: &str) -> Result<Jwk, Refusal> {
+        let mut c = self.cache.lock().await;
+        let stale = c.fetched.is_none_or(|t| t.elapsed() > self.cfg.max_age);
+        if stale {
+            c.keys = self.fetch().await?;
+            c.fetched = Some(Instant::now());
+        }
+        if let Some(k) = c.keys.get(kid) {
+            return Ok(k.clone());
+        }
+        let may_refresh = c.last_unknown_refresh.is_none_or(|t| t.elapsed() >= self.cfg.min_refresh);
+        if !stale && may_refresh {
+            c.last_unknown_refresh = Some(Instant::now());
+            c.keys = self.fetch().await?;
+            c.fetched = Some(Instant::now());
+            if let Some(k) = c.keys.get(kid) {
+                return Ok(k.clone());
+            }
+        }
+        Err(Refusal(format!("the token is signed with key `{kid}`, which the issuer does not publish")))
+    }
+
+    /// Validates a bearer token: the person and whether they may write.
+    pub async fn verify(&self, token: &str) -> Result<Authenticated, Refusal> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| Refusal(format!("the token is not a valid JWT: {e}")))?;
+        if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256) {
+            return Err(Refusal(format!("algorithm {:?} is not accepted; use RS256 or ES256", header.alg)));
+        }
+        let kid = header.kid.ok_or_else(|| Refusal("the token has no `kid` header".into()))?;
+        let jwk = self.key(&kid).await?;
+        let key_matches = matches!(
+            (&jwk.algorithm, header.alg),
+            (AlgorithmParameters::RSA(_), Algorithm::RS256)
+                | (AlgorithmParameters::EllipticCurve(_), Algorithm::ES256)
+        );
+        if !key_matches {
+            return Err(Refusal(format!("key `{kid}` does not fit algorithm {:?}", header.alg)));
+        }
+        let key =
+            DecodingKey::from_jwk(&jwk).map_err(|e| Refusal(format!("key `{kid}` is unusable: {e}")))?;
+        let mut v = Validation::new(header.alg);
+        v.algorithms = vec![header.alg];
+        v.leeway = self.cfg.leeway.as_secs();
+        v.validate_nbf = true;
+        v.set_issuer(&[&self.cfg.issuer]);
+        v.set_required_spec_claims(&["exp", "iss"]);
+        v.validate_aud = false; // checked below, from the configured claim
+        let data = jsonwebtoken::decode::<Value>(token, &key, &v).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            Refusal(match e.kind() {
+                ErrorKind::ExpiredSignature => "the token has expired".into(),
+                ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
+                ErrorKind::InvalidIssuer => "the token was issued by another issuer".into(),
+                ErrorKind::InvalidSignature => "the token's signature does not verify".into(),
+                ErrorKind::MissingRequiredClaim(c) => format!("the token lacks the `{c}` claim"),
+                _ => format!("the token is invalid: {e}"),
+            })
+        })?;
+        let claims = data.claims;
+        let aud_ok = match claims.get(&self.cfg.audience_claim) {
+            Some(Value::String(s)) => *s == self.cfg.audience,
+            Some(Value::Array(a)) => a.iter().any(|x| x.as_str() == Some(self.cfg.audience.as_str())),
+            _ => false,
+        };
+        if !aud_ok {
+            return Err(Refusal(format!(
+                "the token is not for this server (claim `{}`)",
+                self.cfg.audience_claim
+            )));
+        }
+        if let Some(u) = claims.get("token_use")
+            && u.as_str() != Some("access")
+        {
+            return Err(Refusal("only access tokens are accepted (token_use must be `access`)".into()));
+        }
+        let user = claims.get(&self.cfg.user_claim).and_then(Value::as_str).ok_or_else(|| {
+            Refusal(format!("the token has no `{}` claim to identify the user", self.cfg.user_claim))
+        })?;
+        let principal =
+            Principal::new(user).map_err(|e| Refusal(format!("the user claim is unusable: {e}")))?;
+        let scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
+            (Some(Value::String(s)), _) => s.split_whitespace().map(str::to_owned).collect(),
+            (_, Some(Value::Array(a))) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+            (_, Some(Value::String(s))) => s.split_whitespace().map(str::to_owned).collect(),
+            _ => Vec::new(),
+        };
+        let has = |s: &Option<String>| s.as_ref().is_some_and(|s| scopes.contains(s));
+        let can_write = self.cfg.write_scope.is_none() || has(&self.cfg.write_scope);
+        let can_read =
+            self.cfg.read_scope.is_none() || has(&self.cfg.read_scope) || has(&self.cfg.write_scope);
+        if !can_read {
+            return Err(Refusal("the token carries neither the read nor the write scope".into()));
+        }
+        Ok(Authenticated { principal, can_write })
+    }
+}
+
+fn quote(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "'")
+}
+
+/// A 401 with the RFC 6750 / RFC 9728 challenge and a JSON body.
+fn unauthorized(cfg: &AuthConfig, refusal: Option<&Refusal>) -> Response {
+    let mut challenge = format!("Bearer resource_metadata=\"{}\"", cfg.metadata_url());
+    let body = match refusal {
+        Some(r) => {
+            challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{}\"", quote(&r.0)));
+            json!({"error": "invalid_token", "error_description": r.0})
+        }
+        None => {
+            json!({"error": "unauthorized", "error_description": "this server needs a bearer token; see the resource metadata"})
+        }
+    };
+    let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+/// A 403 `insufficient_scope` naming the scope needed.
+fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str) -> Response {
+    let challenge = format!(
+        "Bearer resource_metadata=\"{}\", error=\"insufficient_scope\", scope=\"{}\", error_description=\"{} needs the {} scope\"",
+        cfg.metadata_url(),
+        quote(scope),
+        quote(tool),
+        quote(scope)
+    );
+    let body = json!({"error": "insufficient_scope", "scope": scope, "error_description": format!("{tool} needs the {scope} scope")});
+    let mut resp = (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+/// The names of the tools a JSON-RPC body calls (single message or batch).
+fn called_tools(body: &[u8]) -> Vec<String> {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    let msgs = match v {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    msgs.iter()
+        .filter(|m| m["method"] == "tools/call")
+        .filter_map(|m| m["params"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Largest request body the scope check buffers (the MCP transport's own limit is 4 MiB).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// The axum middleware guarding `/mcp`.
+pub async fn require_token(State(v): State<Verifier>, req: Request, next: Next) -> Response {
+    let cfg = v.config().clone();
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+        .map(|t| t.trim().to_owned());
+    let Some(token) = token else {
+        tracing::info!(reason = "no bearer token", "request refused");
+        return unauthorized(&cfg, None);
+    };
+    let who = match v.verify(&token).await {
+        Ok(a) => a,
+        Err(r) => {
+            tracing::info!(reason = %r.0, "request refused");
+            return unauthorized(&cfg, Some(&r));
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body over 4 MiB").into_response(),
+    };
+    if !who.can_write
+        && let (Some(scope), Some(tool)) =
+            (&cfg.write_scope, called_tools(&bytes).into_iter().find(|t| WRITE_TOOLS.contains(&t.as_str())))
+    {
+        tracing::info!(user = %who.principal.user_id, tool, reason = "insufficient_scope", "request refused");
+        return insufficient_scope(&cfg, scope, &tool);
+    }
+    let mut req = Request::from_parts(parts, Body::from(bytes));
+    req.extensions_mut().insert(who);
+    next.run(req).await
+}
+
+/// The protected-resource metadata handler.
+pub async fn metadata(State(v): State<Verifier>) -> Response {
+    axum::Json(v.config().metadata()).into_response()
+}
