@@ -33,6 +33,9 @@ start_server() {
 echo "--> three Python MCP agents and a fresh one (auth off)"
 "$python" tests/e2e/mcp_e2e.py --macp "$macp"
 
+echo "--> the same scenario with OAuth on: JWKS on loopback, one token per user, scopes"
+"$python" tests/e2e/auth_e2e.py --macp "$macp"
+
 echo "--> stdio transport (Python client) and the human-facing commands"
 "$python" tests/e2e/stdio_cli.py --macp "$macp"
 

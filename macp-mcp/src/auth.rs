@@ -269,8 +269,9 @@ fn unauthorized(cfg: &AuthConfig, refusal: Option<&Refusal>) -> Response {
     resp
 }
 
-/// A 403 `insufficient_scope` naming the scope needed.
-fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str) -> Response {
+/// A 403 `insufficient_scope` naming the scope needed. The challenge is RFC 6750's; the body is a
+/// JSON-RPC error for the refused call, so MCP clients show the reason to the agent.
+fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str, id: Value) -> Response {
     let challenge = format!(
         "Bearer resource_metadata=\"{}\", error=\"insufficient_scope\", scope=\"{}\", error_description=\"{} needs the {} scope\"",
         cfg.metadata_url(),
@@ -278,7 +279,11 @@ fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str) -> Response {
         quote(tool),
         quote(scope)
     );
-    let body = json!({"error": "insufficient_scope", "scope": scope, "error_description": format!("{tool} needs the {scope} scope")});
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+        "code": -32001,
+        "message": format!("insufficient_scope: {tool} needs the {scope} scope; this token may only call read tools"),
+        "data": {"error": "insufficient_scope", "scope": scope, "tool": tool},
+    }});
     let mut resp = (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
     if let Ok(v) = HeaderValue::from_str(&challenge) {
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
@@ -286,8 +291,8 @@ fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str) -> Response {
     resp
 }
 
-/// The names of the tools a JSON-RPC body calls (single message or batch).
-fn called_tools(body: &[u8]) -> Vec<String> {
+/// The tools a JSON-RPC body calls (single message or batch), with their request ids.
+fn called_tools(body: &[u8]) -> Vec<(String, Value)> {
     let Ok(v) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
     let msgs = match v {
         Value::Array(a) => a,
@@ -295,7 +300,7 @@ fn called_tools(body: &[u8]) -> Vec<String> {
     };
     msgs.iter()
         .filter(|m| m["method"] == "tools/call")
-        .filter_map(|m| m["params"]["name"].as_str().map(str::to_owned))
+        .filter_map(|m| m["params"]["name"].as_str().map(|n| (n.to_owned(), m["id"].clone())))
         .collect()
 }
 
@@ -328,11 +333,13 @@ pub async fn require_token(State(v): State<Verifier>, req: Request, next: Next) 
         Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body over 4 MiB").into_response(),
     };
     if !who.can_write
-        && let (Some(scope), Some(tool)) =
-            (&cfg.write_scope, called_tools(&bytes).into_iter().find(|t| WRITE_TOOLS.contains(&t.as_str())))
+        && let (Some(scope), Some((tool, id))) = (
+            &cfg.write_scope,
+            called_tools(&bytes).into_iter().find(|(t, _)| WRITE_TOOLS.contains(&t.as_str())),
+        )
     {
         tracing::info!(user = %who.principal.user_id, tool, reason = "insufficient_scope", "request refused");
-        return insufficient_scope(&cfg, scope, &tool);
+        return insufficient_scope(&cfg, scope, &tool, id);
     }
     let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(who);

@@ -1,0 +1,61 @@
+//! The `macp` binary refuses unsafe or incomplete configurations at start, with a message that
+//! says what to do, and prints the URL it listens on.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn macp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_macp"))
+}
+
+#[test]
+fn a_non_loopback_bind_without_auth_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = macp()
+        .args(["serve", "--bind", "0.0.0.0:0", "--embedder", "none"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without authentication") && err.contains("--auth-issuer"), "{err}");
+}
+
+#[test]
+fn an_issuer_without_an_audience_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = macp()
+        .args(["serve", "--bind", "127.0.0.1:0", "--auth-issuer", "https://idp.example.test"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--auth-audience"));
+}
+
+#[test]
+fn port_zero_prints_the_full_url_then_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = macp()
+        .args(["serve", "--bind", "127.0.0.1:0", "--embedder", "none"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(
+        first.starts_with("listening on http://127.0.0.1:") && first.trim_end().ends_with("/mcp"),
+        "{first}"
+    );
+    let port: u16 = first.trim_end().trim_end_matches("/mcp").rsplit(':').next().unwrap().parse().unwrap();
+    assert_ne!(port, 0);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "graceful exit on SIGTERM: {status}");
+}
