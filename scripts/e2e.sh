@@ -36,6 +36,9 @@ echo "--> three Python MCP agents and a fresh one (auth off)"
 echo "--> the same scenario with OAuth on: JWKS on loopback, one token per user, scopes"
 "$python" tests/e2e/auth_e2e.py --macp "$macp"
 
+echo "--> artifacts: curl upload to a presigned URL, register, list and download by another agent"
+"$python" tests/e2e/artifacts_e2e.py --macp "$macp"
+
 echo "--> stdio transport (Python client) and the human-facing commands"
 "$python" tests/e2e/stdio_cli.py --macp "$macp"
 

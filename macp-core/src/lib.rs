@@ -45,6 +45,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod blob;
 pub mod cursor;
 pub mod error;
 pub mod ids;

@@ -15,6 +15,8 @@
 //!   `bm25()`), and vectors with an in-memory scan (see [`vectors`]): both are loaded from the
 //!   database on first use and kept current by every write.
 //!
+//! Artifact files live beside the database, behind signed URLs: see [`blobs::LocalBlobStore`].
+//!
 //! ```no_run
 //! # fn main() -> macp_core::Result<()> {
 //! use std::sync::Arc;
@@ -26,6 +28,7 @@
 //! # let _ = macp; Ok(()) }
 //! ```
 
+pub mod blobs;
 mod schema;
 mod vectors;
 

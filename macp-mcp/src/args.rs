@@ -2,7 +2,7 @@
 //! fields, so a misspelt argument is an `invalid_input` error rather than silently ignored.
 
 use macp_core::model::{AgentStatus, EntityType, Evidence, Identifier, RoomStatus, VisibilityMode};
-use macp_core::{AgentId, EntityId, RoomId, Timestamp};
+use macp_core::{AgentId, EntityId, FindingId, RoomId, Timestamp};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -263,4 +263,63 @@ pub struct EntityGraphArgs {
     /// Hops from entity_id (default 1, at most 3).
     #[serde(default)]
     pub depth: Option<u32>,
+}
+
+/// `request_artifact_upload`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestUploadArgs {
+    /// The room.
+    pub room_id: RoomId,
+    /// The file's name, e.g. "checkout-5xx.png" (a plain name, not a path).
+    pub filename: String,
+    /// Its MIME type, e.g. "text/plain", "image/png", "application/json".
+    pub content_type: String,
+    /// Its exact size in bytes.
+    pub size: u64,
+    /// Which of your agents uploads; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+/// `register_artifact`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterArtifactArgs {
+    /// The room.
+    pub room_id: RoomId,
+    /// The `key` returned by request_artifact_upload, after the upload succeeded.
+    pub key: String,
+    /// What the file shows.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Findings this file supports.
+    #[serde(default)]
+    pub linked_finding_ids: Option<Vec<FindingId>>,
+    /// Entities this file concerns.
+    #[serde(default)]
+    pub linked_entity_ids: Option<Vec<EntityId>>,
+    /// Any unique string; retrying with the same key never registers twice.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// Which of your agents registers; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+/// `list_artifacts`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArtifactsArgs {
+    /// The room.
+    pub room_id: RoomId,
+    /// Only files linked to this finding.
+    #[serde(default)]
+    pub finding_id: Option<FindingId>,
+    /// Only files linked to this entity (or an entity merged with it).
+    #[serde(default)]
+    pub entity_id: Option<EntityId>,
+    /// `next_cursor` from the previous page (50 artifacts per page).
+    #[serde(default)]
+    pub cursor: Option<String>,
 }

@@ -87,6 +87,22 @@ pub const GET_ENTITY_GRAPH: &str = "Read the entity graph: with entity_id, that 
 hops (default 1, at most 3); without it, the best-connected entities of the room and their relationships. Merged \
 entities appear once, with their old ids under aliases.";
 
+/// `request_artifact_upload`.
+pub const REQUEST_ARTIFACT_UPLOAD: &str = "Attach a file (log excerpt, screenshot, metric graph, JSON dump) to the room: \
+give its filename, content_type and exact size in bytes, and get an upload_url. Then upload the bytes yourself with an \
+HTTP PUT to upload_url carrying exactly the returned headers (e.g. `curl -X PUT -H 'Content-Type: text/plain' \
+--data-binary @file.log '<upload_url>'`) before expires_at, and call register_artifact with the returned key. The URL \
+accepts only that key, type and size. Never upload secrets or credentials.";
+
+/// `register_artifact`.
+pub const REGISTER_ARTIFACT: &str = "Record a file you uploaded with request_artifact_upload, so colleagues can find it: \
+pass its key, a description of what it shows, and the findings and entities it supports. Fails with not_found if the \
+upload did not complete. Cite it in findings as evidence {kind: artifact, ref: <key>}.";
+
+/// `list_artifacts`.
+pub const LIST_ARTIFACTS: &str = "List the files attached to a room (optionally those linked to one finding or entity), \
+each with its metadata and a short-lived download_url: fetch it with a plain HTTP GET.";
+
 /// The `start_in_room` prompt.
 pub fn start_prompt(room_id: &str) -> String {
     format!(

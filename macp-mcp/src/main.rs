@@ -16,6 +16,7 @@ use macp_core::search::{Embedder, VectorIndex};
 use macp_core::service::{ListRooms, SearchFindings, TimelineQuery};
 use macp_core::{Macp, Principal, RoomId};
 use macp_local::SqliteStore;
+use macp_local::blobs::LocalBlobStore;
 use macp_mcp::MacpMcp;
 use macp_mcp::auth::Verifier;
 use macp_mcp::config::{CommonArgs, EmbedderKind, Resolved, ServeArgs};
@@ -92,9 +93,17 @@ fn main() -> ExitCode {
 
 /// Opens the store and the service as configured.
 async fn open(cfg: &Resolved) -> Result<Macp, String> {
+    open_with(cfg, None).await
+}
+
+/// Opens the service, with artifact storage when `blobs` is given.
+async fn open_with(cfg: &Resolved, blobs: Option<LocalBlobStore>) -> Result<Macp, String> {
     let store = SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?;
     let store = Arc::new(store);
     let mut b = Macp::builder().store(store.clone());
+    if let Some(blobs) = blobs {
+        b = b.blob_store(Arc::new(blobs));
+    }
     let embedder: Option<Arc<dyn Embedder>> = match cfg.embedder {
         EmbedderKind::None => None,
         EmbedderKind::Builtin => {
@@ -290,11 +299,12 @@ fn init_logs(to_stderr: bool) {
 async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String> {
     let cfg = Resolved::new(common, serve)?;
     init_logs(serve.stdio);
-    let macp = open(&cfg).await?;
-    let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
     let local = Principal::new(cfg.local_user.clone()).map_err(|e| e.to_string())?;
 
     if serve.stdio {
+        // No HTTP server answers signed URLs here, so no artifact tools.
+        let macp = open(&cfg).await?;
+        let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
         tracing::info!(user = %local.user_id, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
         let running = MacpMcp::new(macp, Some(local))
             .serve(rmcp::transport::stdio())
@@ -319,12 +329,15 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let public =
         cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");
+    let blobs = LocalBlobStore::open(&cfg.data_dir, &public).map_err(|e| e.to_string())?;
+    let macp = open_with(&cfg, Some(blobs.clone())).await?;
+    let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
     let ct = CancellationToken::new();
     let mut allowed_hosts = cfg.allowed_hosts.clone();
     if let Some(host) = public.split("://").nth(1).and_then(|r| r.split('/').next()) {
         allowed_hosts.push(host.to_owned());
     }
-    let opts = HttpOptions { allowed_hosts, ..HttpOptions::default() };
+    let opts = HttpOptions { allowed_hosts, artifacts: Some(blobs), ..HttpOptions::default() };
     let app = match &cfg.auth {
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {

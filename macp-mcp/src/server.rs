@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use axum::http::request::Parts;
 use macp_core::model::AgentSession;
 use macp_core::service::{
-    AddEntity, AddRelationship, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
-    GraphQuery, JoinRoom, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
-    RelationshipOutcome, RoomContext, RoomPage, RoomSummary, SearchFindings, SearchResults, TimelineQuery,
-    Updates, UpdatesQuery,
+    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, CreateRoom, DeclareStatus, EntityGraph,
+    EntityOutcome, FindingPage, GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome,
+    PostFinding, PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage,
+    RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -154,12 +154,21 @@ impl MacpMcp {
     /// off); without it, every request must carry an [`Authenticated`] extension.
     pub fn new(macp: Macp, local_user: Option<Principal>) -> Self {
         Self {
-            macp,
             local_user,
             session: Arc::default(),
             log_level: Arc::default(),
-            tool_router: Self::tool_router(),
+            tool_router: {
+                let mut r = Self::tool_router();
+                // Artifact tools exist only where an artifact store is configured.
+                if !macp.artifacts_enabled() {
+                    for t in ["request_artifact_upload", "register_artifact", "list_artifacts"] {
+                        r.remove_route(t);
+                    }
+                }
+                r
+            },
             prompt_router: Self::prompt_router(),
+            macp,
         }
     }
 
@@ -472,6 +481,63 @@ impl MacpMcp {
                 .entity_graph(&who, GraphQuery { room_id: a.room_id, entity_id: a.entity_id, depth: a.depth })
                 .await,
         )
+    }
+    #[tool(description = docs::REQUEST_ARTIFACT_UPLOAD, output_schema = output::<UploadTicket>(), input_schema = input::<RequestUploadArgs>())]
+    async fn request_artifact_upload(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<UploadTicket>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: RequestUploadArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = RequestUpload {
+            room_id: a.room_id,
+            agent_id,
+            filename: a.filename,
+            content_type: a.content_type,
+            size: a.size,
+        };
+        done(self.macp.request_artifact_upload(&who, req).await)
+    }
+
+    #[tool(description = docs::REGISTER_ARTIFACT, output_schema = output::<ArtifactOutcome>(), input_schema = input::<RegisterArtifactArgs>())]
+    async fn register_artifact(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<ArtifactOutcome>, CallToolResult> {
+        let who = self.writer(&ctx)?;
+        let a: RegisterArtifactArgs = parse(args)?;
+        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
+        let req = RegisterArtifact {
+            room_id: a.room_id,
+            agent_id,
+            key: a.key,
+            description: a.description,
+            linked_finding_ids: a.linked_finding_ids.unwrap_or_default(),
+            linked_entity_ids: a.linked_entity_ids.unwrap_or_default(),
+            idempotency_key: a.idempotency_key,
+        };
+        done(self.macp.register_artifact(&who, req).await)
+    }
+
+    #[tool(description = docs::LIST_ARTIFACTS, output_schema = output::<ArtifactPage>(), input_schema = input::<ListArtifactsArgs>(), annotations(read_only_hint = true))]
+    async fn list_artifacts(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<ArtifactPage>, CallToolResult> {
+        let who = self.reader(&ctx)?;
+        let a: ListArtifactsArgs = parse(args)?;
+        let req = ListArtifacts {
+            room_id: a.room_id,
+            finding_id: a.finding_id,
+            entity_id: a.entity_id,
+            limit: None,
+            cursor: a.cursor,
+        };
+        done(self.macp.list_artifacts(&who, req).await)
     }
 }
 

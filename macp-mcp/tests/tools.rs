@@ -104,6 +104,40 @@ async fn every_tool_is_listed_with_a_description_and_input_and_output_schemas() 
 }
 
 #[tokio::test]
+async fn artifact_tools_exist_only_with_an_artifact_store() {
+    let with = Macp::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .blob_store(Arc::new(macp_core::blob::MemoryBlobStore::new()))
+        .build()
+        .unwrap();
+    let c = connect(&with, "alice").await;
+    let tools = c.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 18, "all of the design's tools");
+    for name in ["request_artifact_upload", "register_artifact", "list_artifacts"] {
+        let t = tools.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} listed"));
+        assert!(t.output_schema.is_some());
+    }
+    let room =
+        ok(&c, "create_room", json!({"objective": "files"})).await["room_id"].as_str().unwrap().to_owned();
+    ok(&c, "join_room", json!({"room_id": room})).await;
+    let ticket = ok(
+        &c,
+        "request_artifact_upload",
+        json!({"room_id": room, "filename": "a.log", "content_type": "text/plain", "size": 3}),
+    )
+    .await;
+    assert_eq!(ticket["method"], "PUT");
+    err(&c, "register_artifact", json!({"room_id": room, "key": ticket["key"]}), "not_found").await;
+    err(
+        &c,
+        "request_artifact_upload",
+        json!({"room_id": room, "filename": "../a.log", "content_type": "text/plain", "size": 3}),
+        "invalid_input",
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_room_session_end_to_end_through_every_tool() {
     let macp = service();
     let alice = connect(&macp, "alice").await;

@@ -34,9 +34,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use async_trait::async_trait;
+use macp_core::blob::{BlobStore, PresignedRequest};
 use macp_core::search::VectorIndex;
 use macp_core::{Clock, Macp, Store, Timestamp};
 
+pub mod artifact_cases;
 pub mod cases;
 pub mod props;
 pub mod search_cases;
@@ -51,6 +54,9 @@ pub struct Backend {
     pub store: Arc<dyn Store>,
     /// The backend's vector index, if it has one (search cases skip without it).
     pub vector_index: Option<Arc<dyn VectorIndex>>,
+    /// The backend's artifact storage and a way to use its presigned URLs (artifact cases skip
+    /// without them).
+    pub blobs: Option<(Arc<dyn BlobStore>, Arc<dyn Transfer>)>,
     /// Opens a second store on the same data (used to check durability).
     pub reopen: Option<Arc<dyn Fn() -> Arc<dyn Store> + Send + Sync>>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
@@ -65,12 +71,18 @@ impl fmt::Debug for Backend {
 impl Backend {
     /// A backend with nothing to keep alive.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, vector_index: None, reopen: None, _guard: None }
+        Self { store, vector_index: None, blobs: None, reopen: None, _guard: None }
     }
 
     /// Declares the backend's vector index.
     pub fn with_vector_index(mut self, index: Arc<dyn VectorIndex>) -> Self {
         self.vector_index = Some(index);
+        self
+    }
+
+    /// Declares the backend's artifact storage, and how to PUT to and GET from its URLs.
+    pub fn with_blobs(mut self, blobs: Arc<dyn BlobStore>, transfer: Arc<dyn Transfer>) -> Self {
+        self.blobs = Some((blobs, transfer));
         self
     }
 
@@ -87,30 +99,41 @@ impl Backend {
     }
 
     /// A service over this backend with a [`ManualClock`], for cases that need controlled time.
+    /// (Its artifact URLs expire in the clock's past; artifact cases use the wall clock.)
     pub fn service(&self) -> (Macp, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new());
-        let macp = Macp::builder()
-            .store(self.store.clone())
-            .clock(clock.clone())
-            .build()
-            .unwrap_or_else(|e| panic!("building the service failed: {e}"));
+        let mut b = Macp::builder().store(self.store.clone()).clock(clock.clone());
+        if let Some((blobs, _)) = &self.blobs {
+            b = b.blob_store(blobs.clone());
+        }
+        let macp = b.build().unwrap_or_else(|e| panic!("building the service failed: {e}"));
         (macp, clock)
     }
 }
 
-/// A clock tests move by hand. Starts at 2026-01-01T00:00:00Z.
+/// Uses a backend's presigned URLs the way an agent would: an HTTP PUT or GET, or the
+/// backend's in-process equivalent.
+#[async_trait]
+pub trait Transfer: Send + Sync {
+    /// PUTs `body` to the upload URL with `content_type`; returns the HTTP status.
+    async fn put(&self, upload: &PresignedRequest, content_type: &str, body: Vec<u8>) -> u16;
+    /// GETs a download URL; returns the status and the body.
+    async fn get(&self, url: &str) -> (u16, Vec<u8>);
+}
+
+/// A clock tests move by hand.
 #[derive(Debug)]
 pub struct ManualClock {
     ms: AtomicI64,
 }
 
 impl ManualClock {
-    /// 2026-01-01T00:00:00Z.
+    /// Starts at the current wall-clock time (presigned URLs are checked against real time).
     pub fn new() -> Self {
-        Self { ms: AtomicI64::new(1_767_225_600_000) }
+        Self { ms: AtomicI64::new(Timestamp::now().as_millis()) }
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock (forward, or back with a negative value).
     pub fn advance_ms(&self, ms: i64) {
         self.ms.fetch_add(ms, Ordering::SeqCst);
     }
@@ -181,6 +204,10 @@ macro_rules! conformance_tests {
             list_artifacts_filters_by_finding_and_entity_alias,
             idempotent_register_artifact_replays,
             acknowledged_writes_survive_reopen,
+            artifacts_round_trip_through_presigned_urls,
+            registering_a_key_never_uploaded_is_not_found,
+            upload_urls_accept_only_their_key_type_size_and_time,
+            upload_requests_refuse_limits_and_path_like_names,
             search_finds_a_paraphrase_without_shared_words,
             search_finds_an_exact_identifier_first,
             search_stays_in_its_room_and_honours_filters,
@@ -232,4 +259,28 @@ macro_rules! __props {
             }
         )+
     };
+}
+
+/// [`Transfer`] for [`macp_core::blob::MemoryBlobStore`]: its URLs are used in process, with the
+/// same checks an HTTP endpoint makes.
+#[derive(Debug, Clone)]
+pub struct MemoryTransfer(pub Arc<macp_core::blob::MemoryBlobStore>);
+
+#[async_trait]
+impl Transfer for MemoryTransfer {
+    async fn put(&self, upload: &PresignedRequest, content_type: &str, body: Vec<u8>) -> u16 {
+        match self.0.put(&upload.url, content_type, body) {
+            Ok(()) => 200,
+            Err(macp_core::blob::UrlRefusal::Exists) => 409,
+            Err(_) => 403,
+        }
+    }
+
+    async fn get(&self, url: &str) -> (u16, Vec<u8>) {
+        match self.0.get(url) {
+            Ok(Some(b)) => (200, b),
+            Ok(None) => (404, Vec::new()),
+            Err(_) => (403, Vec::new()),
+        }
+    }
 }

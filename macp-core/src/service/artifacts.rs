@@ -3,17 +3,16 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Macp, Principal, check_replay, claim, fingerprint};
+use crate::blob::BlobStore;
 use crate::cursor;
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId};
+use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp};
 use crate::model::Artifact;
 use crate::store::{ArtifactQuery, Write, WriteOperation};
 use crate::validate;
 
 /// Longest accepted artifact key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
-/// Longest accepted content type, in bytes.
-pub const MAX_CONTENT_TYPE_BYTES: usize = 255;
 
 /// The key prefix under which every object of a room lives.
 pub fn room_prefix(room_id: RoomId) -> String {
@@ -28,12 +27,8 @@ pub struct RegisterArtifact {
     pub room_id: RoomId,
     /// The registering agent.
     pub agent_id: AgentId,
-    /// Object key; must be under the room's prefix (`rooms/<room_id>/`).
+    /// Object key from `request_artifact_upload`; must be under the room's prefix and uploaded.
     pub key: String,
-    /// MIME type of the object.
-    pub content_type: String,
-    /// Size in bytes.
-    pub size: u64,
     /// What it is.
     #[serde(default)]
     pub description: Option<String>,
@@ -78,22 +73,133 @@ pub struct ListArtifacts {
     pub cursor: Option<String>,
 }
 
+/// An artifact as listed: its metadata and a short-lived download URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ListedArtifact {
+    /// The metadata.
+    #[serde(flatten)]
+    pub artifact: Artifact,
+    /// GET this URL (no other credentials needed) to download the file.
+    pub download_url: String,
+    /// When `download_url` stops working; list again for a fresh one.
+    pub download_expires_at: Timestamp,
+}
+
 /// A page of artifacts, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct ArtifactPage {
     /// The artifacts.
-    pub artifacts: Vec<Artifact>,
+    pub artifacts: Vec<ListedArtifact>,
     /// Pass back for the next page; absent on the last.
     pub next_cursor: Option<String>,
+}
+
+/// Limits and lifetimes of artifact uploads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ArtifactConfig {
+    /// Largest file accepted, in bytes.
+    pub max_bytes: u64,
+    /// MIME types accepted (exact, lowercase).
+    pub allowed_content_types: Vec<String>,
+    /// How long an upload URL works.
+    pub upload_ttl: std::time::Duration,
+    /// How long a download URL works.
+    pub download_ttl: std::time::Duration,
+}
+
+impl Default for ArtifactConfig {
+    fn default() -> Self {
+        Self {
+            max_bytes: 25 * 1024 * 1024,
+            allowed_content_types: [
+                "text/plain",
+                "text/csv",
+                "text/markdown",
+                "application/json",
+                "application/x-ndjson",
+                "application/pdf",
+                "image/png",
+                "image/jpeg",
+                "image/gif",
+                "image/webp",
+                "application/gzip",
+                "application/zip",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            upload_ttl: std::time::Duration::from_secs(15 * 60),
+            download_ttl: std::time::Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+/// `request_artifact_upload`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RequestUpload {
+    /// The room.
+    pub room_id: RoomId,
+    /// The uploading agent.
+    pub agent_id: AgentId,
+    /// The file's name (a plain name, not a path).
+    pub filename: String,
+    /// Its MIME type, e.g. `text/plain` or `image/png`.
+    pub content_type: String,
+    /// Its exact size in bytes.
+    pub size: u64,
+}
+
+/// Where and how to upload: PUT the file's bytes to `upload_url` with `headers`, before
+/// `expires_at`, then call register_artifact with `key`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct UploadTicket {
+    /// The room.
+    pub room_id: RoomId,
+    /// The object key the file will have (pass it to register_artifact).
+    pub key: String,
+    /// The presigned URL.
+    pub upload_url: String,
+    /// Always `PUT`.
+    pub method: String,
+    /// Headers the upload must carry, exactly (content type and length are bound).
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// When the URL stops working.
+    pub expires_at: Timestamp,
+}
+
+/// Longest accepted filename, in bytes.
+pub const MAX_FILENAME_BYTES: usize = 200;
+
+/// A filename must be a plain name: it becomes the last segment of a server-generated key, never
+/// a path.
+fn check_filename(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("filename", "filename must not be empty"));
+    }
+    if name.len() > MAX_FILENAME_BYTES {
+        return Err(Error::too_long("filename", MAX_FILENAME_BYTES, name.len()));
+    }
+    let plain = name.chars().all(|c| c.is_ascii_alphanumeric() || " ._()+-".contains(c));
+    if !plain || name == "." || name == ".." || name.starts_with(' ') || name.ends_with(' ') {
+        return Err(Error::invalid(
+            "filename",
+            format!(
+                "`{}` is not a plain file name: use letters, digits, spaces and `. _ ( ) + -` (no `/`, `\\` or `..`)",
+                crate::ids::clip(name)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Serialize)]
 struct ArtifactFingerprint<'a> {
     agent_id: &'a AgentId,
     key: &'a str,
-    content_type: &'a str,
-    size: u64,
     description: Option<&'a str>,
     linked_finding_ids: &'a [FindingId],
     linked_entity_ids: &'a [EntityId],
@@ -121,6 +227,71 @@ pub(crate) fn check_key(room_id: RoomId, key: &str) -> Result<()> {
 }
 
 impl Macp {
+    /// Whether an artifact store is configured (the artifact operations work).
+    pub fn artifacts_enabled(&self) -> bool {
+        self.inner.blobs.is_some()
+    }
+
+    /// The artifact limits in force.
+    pub fn artifact_config(&self) -> &ArtifactConfig {
+        &self.inner.artifacts
+    }
+
+    fn blobs(&self) -> Result<&std::sync::Arc<dyn BlobStore>> {
+        self.inner.blobs.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "artifacts",
+                "this server has no artifact store configured; artifacts are unavailable",
+            )
+        })
+    }
+
+    /// Issues a presigned upload URL bound to a fresh key under the room's prefix, the content
+    /// type and the exact size.
+    pub async fn request_artifact_upload(&self, who: &Principal, req: RequestUpload) -> Result<UploadTicket> {
+        let cfg = &self.inner.artifacts;
+        self.writable_room(req.room_id).await?;
+        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let blobs = self.blobs()?;
+        check_filename(&req.filename)?;
+        let content_type = req.content_type.trim().to_ascii_lowercase();
+        if !cfg.allowed_content_types.contains(&content_type) {
+            return Err(Error::invalid(
+                "content_type",
+                format!(
+                    "`{}` is not accepted; allowed: {}",
+                    crate::ids::clip(&req.content_type),
+                    cfg.allowed_content_types.join(", ")
+                ),
+            ));
+        }
+        if req.size == 0 {
+            return Err(Error::invalid("size", "size must be at least 1 byte"));
+        }
+        if req.size > cfg.max_bytes {
+            return Err(Error::InvalidInput {
+                field: "size".into(),
+                message: format!(
+                    "the file is {} bytes; the largest artifact is {} bytes",
+                    req.size, cfg.max_bytes
+                ),
+                limit: Some(cfg.max_bytes),
+            });
+        }
+        let key = format!("{}artifacts/{}/{}", room_prefix(req.room_id), ulid::Ulid::new(), req.filename);
+        let expires_at = self.now().plus_millis(cfg.upload_ttl.as_millis() as i64);
+        let url = blobs.presign_put(&key, &content_type, req.size, expires_at).await?;
+        self.touch(&session).await;
+        Ok(UploadTicket {
+            room_id: req.room_id,
+            key,
+            upload_url: url.url,
+            method: url.method,
+            headers: url.headers,
+            expires_at,
+        })
+    }
+
     /// Records metadata of an uploaded artifact and links it to findings and entities.
     pub async fn register_artifact(&self, who: &Principal, req: RegisterArtifact) -> Result<ArtifactOutcome> {
         let l = &self.inner.limits;
@@ -128,8 +299,7 @@ impl Macp {
         self.writable_room(req.room_id).await?;
         let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
         check_key(req.room_id, &req.key)?;
-        let content_type =
-            validate::required_text("content_type", &req.content_type, MAX_CONTENT_TYPE_BYTES)?;
+        let blobs = self.blobs()?;
         let description =
             validate::optional_text("description", req.description.as_deref(), l.max_description_bytes)?;
         let key = validate::idempotency_key(req.idempotency_key.as_deref(), l)?;
@@ -160,20 +330,26 @@ impl Macp {
             &ArtifactFingerprint {
                 agent_id: &req.agent_id,
                 key: &req.key,
-                content_type: &content_type,
-                size: req.size,
                 description: description.as_deref(),
                 linked_finding_ids: &finding_ids,
                 linked_entity_ids: &req.linked_entity_ids,
             },
         );
+        // The object must be there, complete; its size and type are what was uploaded.
+        let object = blobs.head(&req.key).await?.ok_or_else(|| {
+            Error::not_found_hint(
+                "uploaded object",
+                &req.key,
+                "upload the file to the upload_url from request_artifact_upload first, then register it",
+            )
+        })?;
         let now = self.now();
         let artifact = Artifact {
             room_id: req.room_id,
             artifact_id: ArtifactId::generate(),
             key: req.key.clone(),
-            content_type,
-            size: req.size,
+            content_type: object.content_type,
+            size: object.size,
             uploaded_by: who.user_id.clone(),
             agent_id: req.agent_id.clone(),
             uploaded_at: now,
@@ -238,9 +414,18 @@ impl Macp {
         } else {
             None
         };
-        for a in &mut artifacts {
+        let blobs = self.blobs()?;
+        let expires_at = self.now().plus_millis(self.inner.artifacts.download_ttl.as_millis() as i64);
+        let mut listed = Vec::with_capacity(artifacts.len());
+        for mut a in artifacts {
             a.linked_entity_ids = aliases.resolve_all(&a.linked_entity_ids)?;
+            let url = blobs.presign_get(&a.key, expires_at).await?;
+            listed.push(ListedArtifact {
+                artifact: a,
+                download_url: url.url,
+                download_expires_at: expires_at,
+            });
         }
-        Ok(ArtifactPage { artifacts, next_cursor })
+        Ok(ArtifactPage { artifacts: listed, next_cursor })
     }
 }

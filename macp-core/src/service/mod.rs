@@ -33,7 +33,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub use artifacts::{ArtifactOutcome, ArtifactPage, ListArtifacts, RegisterArtifact};
+pub use artifacts::{
+    ArtifactConfig, ArtifactOutcome, ArtifactPage, ListArtifacts, ListedArtifact, RegisterArtifact,
+    RequestUpload, UploadTicket,
+};
 pub use context::{
     ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, RoomContext,
 };
@@ -45,6 +48,7 @@ pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery, Updat
 pub use rooms::{AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomPage, RoomSummary};
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 
+use crate::blob::BlobStore;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, RoomId, Timestamp, UserId};
 use crate::limits::{ContextCaps, Limits};
@@ -95,6 +99,8 @@ pub struct MacpBuilder {
     embedder: Option<Arc<dyn Embedder>>,
     index: Option<Arc<dyn VectorIndex>>,
     search: SearchConfig,
+    blobs: Option<Arc<dyn BlobStore>>,
+    artifacts: ArtifactConfig,
 }
 
 impl MacpBuilder {
@@ -140,6 +146,18 @@ impl MacpBuilder {
         self
     }
 
+    /// Where artifact files live (without one, the artifact operations are unavailable).
+    pub fn blob_store(mut self, blobs: Arc<dyn BlobStore>) -> Self {
+        self.blobs = Some(blobs);
+        self
+    }
+
+    /// Artifact limits and URL lifetimes (default: [`ArtifactConfig::default`]).
+    pub fn artifact_config(mut self, config: ArtifactConfig) -> Self {
+        self.artifacts = config;
+        self
+    }
+
     /// Search settings (default: [`SearchConfig::default`]).
     pub fn search_config(mut self, config: SearchConfig) -> Self {
         self.search = config;
@@ -171,6 +189,8 @@ impl MacpBuilder {
             inner: Arc::new(Inner {
                 search,
                 search_config: self.search,
+                blobs: self.blobs,
+                artifacts: self.artifacts,
                 store,
                 limits: self.limits,
                 caps: self.context_caps,
@@ -190,6 +210,8 @@ struct Inner {
     store: Arc<dyn Store>,
     search: Option<search::Search>,
     search_config: SearchConfig,
+    blobs: Option<Arc<dyn BlobStore>>,
+    artifacts: ArtifactConfig,
     limits: Limits,
     caps: ContextCaps,
     clock: Arc<dyn Clock>,

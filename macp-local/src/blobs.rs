@@ -1,0 +1,316 @@
+//! Artifact files on the local disk, behind HMAC-signed URLs that `macp serve` answers.
+//!
+//! Layout under the data directory: `artifacts/<key>` holds each complete file,
+//! `artifact-meta/<key>.json` its content type, `artifacts/.incoming/` uploads in progress, and
+//! `artifact-signing.key` the 32-byte HMAC key, created once with mode 0600.
+//!
+//! An upload URL is bound to the method, the key, the content type, the exact length and an
+//! expiry (see [`macp_core::blob::UrlSigner`]). The body is streamed into a temporary file,
+//! counted, synced, and only then renamed into place, so an interrupted or oversized upload
+//! leaves nothing behind, and a key is never overwritten. A refused request writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use macp_core::blob::{
+    BlobStore, ObjectMeta, PresignedRequest, SignedTarget, UrlRefusal, UrlSigner, encode_query,
+    parse_signed_query, signed_query,
+};
+use macp_core::{Error, Result, Timestamp};
+use tokio::io::AsyncWriteExt;
+
+const KEY_FILE: &str = "artifact-signing.key";
+
+/// Local artifact storage; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LocalBlobStore {
+    root: PathBuf,
+    meta: PathBuf,
+    incoming: PathBuf,
+    signer: UrlSigner,
+    base_url: String,
+}
+
+fn io_err(what: &str, e: std::io::Error) -> Error {
+    Error::backend("local-blobs", false, format!("{what}: {e}"), Some(Box::new(e)))
+}
+
+/// Refuses keys that could escape the artifacts directory (the service only generates safe
+/// ones; this guards the HTTP path, which anyone can type).
+fn safe_key(key: &str) -> Option<&str> {
+    let ok = key.starts_with("rooms/")
+        && !key.contains('\\')
+        && key.split('/').all(|s| !s.is_empty() && s != "." && s != "..")
+        && !key.chars().any(char::is_control);
+    ok.then_some(key)
+}
+
+impl LocalBlobStore {
+    /// Opens (creating as needed) artifact storage in `data_dir`; URLs start with `base_url`
+    /// (the public URL of `macp serve`, without `/mcp`).
+    pub fn open(data_dir: &Path, base_url: &str) -> Result<Self> {
+        let root = data_dir.join("artifacts");
+        let meta = data_dir.join("artifact-meta");
+        let incoming = root.join(".incoming");
+        for d in [&root, &meta, &incoming] {
+            std::fs::create_dir_all(d).map_err(|e| io_err(&format!("cannot create {}", d.display()), e))?;
+        }
+        let key_path = data_dir.join(KEY_FILE);
+        let key = match std::fs::read(&key_path) {
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut k = vec![0u8; 32];
+                getrandom::fill(&mut k)
+                    .map_err(|e| Error::backend("local-blobs", false, format!("no randomness: {e}"), None))?;
+                write_private(&key_path, &k)?;
+                k
+            }
+            Err(e) => return Err(io_err(&format!("cannot read {}", key_path.display()), e)),
+        };
+        Ok(Self {
+            root,
+            meta,
+            incoming,
+            signer: UrlSigner::new(key)?,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    fn url(&self, key: &str, query: &str) -> String {
+        let path: Vec<String> = key.split('/').map(encode_query).collect();
+        format!("{}/artifacts/{}?{query}", self.base_url, path.join("/"))
+    }
+
+    fn now_secs() -> i64 {
+        Timestamp::now().as_millis() / 1000
+    }
+
+    /// Starts an upload: checks the URL against the request's content type and declared
+    /// length, and that the key is free. The returned [`Upload`] takes the body.
+    pub async fn begin_upload(
+        &self,
+        key: &str,
+        query: &str,
+        content_type: &str,
+        content_length: Option<u64>,
+    ) -> std::result::Result<Upload, UrlRefusal> {
+        let key = safe_key(key).ok_or(UrlRefusal::BadSignature)?;
+        let (expires, _, bound_len, sig) = parse_signed_query(query).ok_or(UrlRefusal::BadSignature)?;
+        // The request's own type and length must be the ones signed.
+        let length = content_length.ok_or(UrlRefusal::WrongLength)?;
+        let t = SignedTarget { method: "PUT", key, content_type, length, expires };
+        self.signer.verify(&t, &sig, Self::now_secs())?;
+        if length != bound_len {
+            return Err(UrlRefusal::WrongLength);
+        }
+        if tokio::fs::try_exists(self.root.join(key)).await.unwrap_or(false) {
+            return Err(UrlRefusal::Exists);
+        }
+        let tmp = self.incoming.join(ulid::Ulid::new().to_string());
+        let file = tokio::fs::File::create(&tmp).await.map_err(|_| UrlRefusal::Exists)?;
+        Ok(Upload {
+            store: self.clone(),
+            key: key.to_owned(),
+            content_type: content_type.to_owned(),
+            expected: length,
+            written: 0,
+            tmp,
+            file: Some(file),
+        })
+    }
+
+    /// Handles a PUT to a signed URL: checks it, streams `body` into place, or refuses and
+    /// writes nothing. What `macp serve` runs for `PUT /artifacts/<key>?<query>`.
+    pub async fn handle_put(
+        &self,
+        key: &str,
+        query: &str,
+        content_type: &str,
+        content_length: Option<u64>,
+        mut body: impl tokio::io::AsyncRead + Unpin,
+    ) -> std::result::Result<ObjectMeta, UrlRefusal> {
+        use tokio::io::AsyncReadExt;
+        let mut up = self.begin_upload(key, query, content_type, content_length).await?;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = body.read(&mut buf).await.map_err(|_| UrlRefusal::WrongLength)?;
+            if n == 0 {
+                break;
+            }
+            up.write(&buf[..n]).await?;
+        }
+        up.finish().await
+    }
+
+    /// Splits a URL this store issued into its key and query (for callers that hold a URL rather
+    /// than an HTTP request, such as tests).
+    pub fn parse_url(&self, url: &str) -> Option<(String, String)> {
+        let rest = url.strip_prefix(&self.base_url)?.strip_prefix("/artifacts/")?;
+        let (path, query) = rest.split_once('?')?;
+        let key: Option<Vec<String>> = path.split('/').map(macp_core::blob::decode_query).collect();
+        Some((key?.join("/"), query.to_owned()))
+    }
+
+    /// Checks a download URL; returns the file and its metadata.
+    pub async fn authorize_download(
+        &self,
+        key: &str,
+        query: &str,
+    ) -> std::result::Result<Option<(PathBuf, ObjectMeta)>, UrlRefusal> {
+        let key = safe_key(key).ok_or(UrlRefusal::BadSignature)?;
+        let (expires, _, _, sig) = parse_signed_query(query).ok_or(UrlRefusal::BadSignature)?;
+        let t = SignedTarget { method: "GET", key, content_type: "", length: 0, expires };
+        self.signer.verify(&t, &sig, Self::now_secs())?;
+        Ok(self.head(key).await.ok().flatten().map(|m| (self.root.join(key), m)))
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let mut f = o.open(path).map_err(|e| io_err(&format!("cannot create {}", path.display()), e))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| io_err("cannot write the signing key", e))
+}
+
+/// An upload in progress: write the body with [`Upload::write`], then [`Upload::finish`].
+/// Dropping it unfinished removes the partial file.
+#[derive(Debug)]
+pub struct Upload {
+    store: LocalBlobStore,
+    key: String,
+    content_type: String,
+    expected: u64,
+    written: u64,
+    tmp: PathBuf,
+    file: Option<tokio::fs::File>,
+}
+
+impl Upload {
+    /// Appends a chunk; refuses bytes beyond the bound length.
+    pub async fn write(&mut self, chunk: &[u8]) -> std::result::Result<(), UrlRefusal> {
+        self.written += chunk.len() as u64;
+        if self.written > self.expected {
+            return Err(UrlRefusal::WrongLength);
+        }
+        let f = self.file.as_mut().ok_or(UrlRefusal::WrongLength)?;
+        f.write_all(chunk).await.map_err(|_| UrlRefusal::WrongLength)
+    }
+
+    /// Completes the upload if exactly the bound length arrived: sync, record the type, rename
+    /// into place. Fails with `Exists` if another upload won the key meanwhile.
+    pub async fn finish(mut self) -> std::result::Result<ObjectMeta, UrlRefusal> {
+        if self.written != self.expected {
+            return Err(UrlRefusal::WrongLength);
+        }
+        let f = self.file.take().ok_or(UrlRefusal::WrongLength)?;
+        f.sync_all().await.map_err(|_| UrlRefusal::WrongLength)?;
+        drop(f);
+        let meta = ObjectMeta { size: self.written, content_type: self.content_type.clone() };
+        let meta_path = self.store.meta.join(format!("{}.json", self.key));
+        let dest = self.store.root.join(&self.key);
+        let json = serde_json::json!({"content_type": meta.content_type, "size": meta.size}).to_string();
+        let done = async {
+            if let Some(d) = meta_path.parent() {
+                tokio::fs::create_dir_all(d).await?;
+            }
+            if let Some(d) = dest.parent() {
+                tokio::fs::create_dir_all(d).await?;
+            }
+            tokio::fs::write(&meta_path, json).await?;
+            // hard_link fails if the destination exists: the first complete upload wins.
+            tokio::fs::hard_link(&self.tmp, &dest).await?;
+            tokio::fs::remove_file(&self.tmp).await
+        }
+        .await;
+        match done {
+            Ok(()) => Ok(meta),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(UrlRefusal::Exists),
+            Err(_) => Err(UrlRefusal::WrongLength),
+        }
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if self.file.is_some() || std::fs::metadata(&self.tmp).is_ok() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[async_trait]
+impl BlobStore for LocalBlobStore {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn enforces_presigned_bounds(&self) -> bool {
+        true
+    }
+
+    async fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        size: u64,
+        expires_at: Timestamp,
+    ) -> Result<PresignedRequest> {
+        let t = SignedTarget {
+            method: "PUT",
+            key,
+            content_type,
+            length: size,
+            expires: expires_at.as_millis() / 1000,
+        };
+        Ok(PresignedRequest {
+            url: self.url(key, &signed_query(&self.signer, &t)),
+            method: "PUT".into(),
+            headers: BTreeMap::from([
+                ("Content-Type".to_owned(), content_type.to_owned()),
+                ("Content-Length".to_owned(), size.to_string()),
+            ]),
+            expires_at,
+        })
+    }
+
+    async fn presign_get(&self, key: &str, expires_at: Timestamp) -> Result<PresignedRequest> {
+        let t = SignedTarget {
+            method: "GET",
+            key,
+            content_type: "",
+            length: 0,
+            expires: expires_at.as_millis() / 1000,
+        };
+        Ok(PresignedRequest {
+            url: self.url(key, &signed_query(&self.signer, &t)),
+            method: "GET".into(),
+            headers: BTreeMap::new(),
+            expires_at,
+        })
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
+        let Some(key) = safe_key(key) else { return Ok(None) };
+        let data = match tokio::fs::metadata(self.root.join(key)).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("cannot stat an artifact", e)),
+        };
+        let meta = tokio::fs::read_to_string(self.meta.join(format!("{key}.json")))
+            .await
+            .map_err(|e| io_err("cannot read an artifact's metadata", e))?;
+        let v: serde_json::Value = serde_json::from_str(&meta)
+            .map_err(|e| Error::backend("local-blobs", false, format!("bad artifact metadata: {e}"), None))?;
+        Ok(Some(ObjectMeta {
+            size: data.len(),
+            content_type: v["content_type"].as_str().unwrap_or_default().to_owned(),
+        }))
+    }
+}

@@ -1,0 +1,185 @@
+//! Artifacts through presigned URLs: the contract every backend's [`BlobStore`] meets with the
+//! service. These cases run where the backend declares artifact storage
+//! ([`Backend::with_blobs`]).
+//!
+//! [`BlobStore`]: macp_core::blob::BlobStore
+
+use macp_core::service::{ListArtifacts, RegisterArtifact, RequestUpload};
+
+use crate::Backend;
+use crate::cases::{Fixture, expect_code, presigned};
+
+fn request(f: &Fixture, filename: &str, content_type: &str, size: u64) -> RequestUpload {
+    RequestUpload {
+        room_id: f.room,
+        agent_id: f.a.clone(),
+        filename: filename.into(),
+        content_type: content_type.into(),
+        size,
+    }
+}
+
+fn register(f: &Fixture, key: &str) -> RegisterArtifact {
+    RegisterArtifact {
+        room_id: f.room,
+        agent_id: f.a.clone(),
+        key: key.into(),
+        description: None,
+        linked_finding_ids: vec![],
+        linked_entity_ids: vec![],
+        idempotency_key: None,
+    }
+}
+
+/// One agent uploads through the URL it was given and registers the file linked to a finding;
+/// another lists the room's artifacts and downloads the same bytes.
+pub async fn artifacts_round_trip_through_presigned_urls(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let Some(t) = f.transfer.clone() else { return eprintln!("skipped: no artifact store") };
+    let finding = f.post("checkout pods restarted 14 times; log attached", &["evidence"]).await;
+    let body: Vec<u8> = (0..70_000u32).flat_map(|i| format!("{i} pod restart\n").into_bytes()).collect();
+    let ticket = f
+        .macp
+        .request_artifact_upload(&f.alice, request(&f, "pod restarts.log", "text/plain", body.len() as u64))
+        .await
+        .unwrap();
+    assert!(
+        ticket.key.starts_with(&format!("rooms/{}/", f.room)),
+        "keys live under the room's prefix: {}",
+        ticket.key
+    );
+    assert!(ticket.key.ends_with("/pod restarts.log"));
+    assert_eq!(ticket.method, "PUT");
+    assert_eq!(ticket.headers.get("Content-Type").map(String::as_str), Some("text/plain"));
+    assert_eq!(ticket.headers.get("Content-Length"), Some(&body.len().to_string()));
+    assert_eq!(t.put(&presigned(&ticket), "text/plain", body.clone()).await, 200);
+    let reg = f
+        .macp
+        .register_artifact(
+            &f.alice,
+            RegisterArtifact {
+                description: Some("kubectl logs of the restarts".into()),
+                linked_finding_ids: vec![finding.finding_id],
+                ..register(&f, &ticket.key)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((reg.artifact.size, reg.artifact.content_type.as_str()), (body.len() as u64, "text/plain"));
+    let listed = f
+        .macp
+        .list_artifacts(
+            &f.bob,
+            ListArtifacts {
+                room_id: f.room,
+                finding_id: Some(finding.finding_id),
+                entity_id: None,
+                limit: None,
+                cursor: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.artifacts.len(), 1);
+    let a = &listed.artifacts[0];
+    assert_eq!(a.artifact.artifact_id, reg.artifact.artifact_id);
+    let (status, got) = t.get(&a.download_url).await;
+    assert_eq!(status, 200);
+    assert_eq!(got, body, "the second agent downloads the same bytes");
+    // A second upload to the same URL does not overwrite the object.
+    if backend.blobs.as_ref().is_some_and(|(b, _)| b.enforces_presigned_bounds()) {
+        let other: Vec<u8> = vec![b'x'; body.len()];
+        assert_ne!(t.put(&presigned(&ticket), "text/plain", other).await, 200, "keys are never overwritten");
+        assert_eq!(t.get(&a.download_url).await.1, body);
+    }
+}
+
+/// Registering a key that was requested but never uploaded is `not_found`, and writes nothing.
+pub async fn registering_a_key_never_uploaded_is_not_found(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    if f.transfer.is_none() {
+        return eprintln!("skipped: no artifact store");
+    }
+    let ticket =
+        f.macp.request_artifact_upload(&f.alice, request(&f, "later.log", "text/plain", 5)).await.unwrap();
+    let e = expect_code(f.macp.register_artifact(&f.alice, register(&f, &ticket.key)).await, "not_found");
+    assert!(e.to_string().contains("request_artifact_upload"), "{e}");
+    assert_eq!(f.macp.room_summary(&f.alice, f.room).await.unwrap().artifact_count, 0);
+}
+
+/// An upload URL accepts only its size, its content type, its signature and its time; refused
+/// uploads store nothing. (Stores that do not enforce presigned bounds skip this case.)
+pub async fn upload_urls_accept_only_their_key_type_size_and_time(backend: Backend) {
+    let Some((blobs, t)) = backend.blobs.clone() else { return eprintln!("skipped: no artifact store") };
+    if !blobs.enforces_presigned_bounds() {
+        return eprintln!("skipped: {} does not enforce presigned bounds", blobs.name());
+    }
+    let f = Fixture::new(&backend).await;
+    let ticket = f
+        .macp
+        .request_artifact_upload(&f.alice, request(&f, "bound.json", "application/json", 10))
+        .await
+        .unwrap();
+    let up = presigned(&ticket);
+    assert_eq!(t.put(&up, "application/json", b"0123456789a".to_vec()).await, 403, "one byte too many");
+    assert_eq!(t.put(&up, "application/json", b"012345678".to_vec()).await, 403, "one byte too few");
+    assert_eq!(t.put(&up, "text/plain", b"0123456789".to_vec()).await, 403, "another content type");
+    let mut tampered = up.clone();
+    let last = tampered.url.pop().unwrap();
+    tampered.url.push(if last == 'A' { 'B' } else { 'A' });
+    assert_eq!(t.put(&tampered, "application/json", b"0123456789".to_vec()).await, 403, "tampered signature");
+    // Re-targeting the URL at another key (another room's prefix) breaks the signature.
+    let other = macp_core::RoomId::generate();
+    let mut retargeted = up.clone();
+    retargeted.url = retargeted.url.replacen(&f.room.to_string(), &other.to_string(), 1);
+    assert_eq!(t.put(&retargeted, "application/json", b"0123456789".to_vec()).await, 403, "re-targeted key");
+    assert!(blobs.head(&ticket.key).await.unwrap().is_none(), "refused uploads store nothing");
+    expect_code(f.macp.register_artifact(&f.alice, register(&f, &ticket.key)).await, "not_found");
+    // An expired URL: issued by a service whose clock says it is an hour ago.
+    f.clock.advance_ms(-3_600_000);
+    let old = f
+        .macp
+        .request_artifact_upload(&f.alice, request(&f, "late.json", "application/json", 2))
+        .await
+        .unwrap();
+    assert_eq!(t.put(&presigned(&old), "application/json", b"{}".to_vec()).await, 403, "expired URL");
+    assert!(blobs.head(&old.key).await.unwrap().is_none());
+    // The original URL, used correctly, still works.
+    assert_eq!(t.put(&up, "application/json", b"0123456789".to_vec()).await, 200);
+}
+
+/// Upload requests over the limits, with a type outside the allowed list, or with a filename
+/// that is a path are refused with `invalid_input`.
+pub async fn upload_requests_refuse_limits_and_path_like_names(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    if f.transfer.is_none() {
+        return eprintln!("skipped: no artifact store");
+    }
+    let max = f.macp.artifact_config().max_bytes;
+    let e = expect_code(
+        f.macp.request_artifact_upload(&f.alice, request(&f, "big.log", "text/plain", max + 1)).await,
+        "invalid_input",
+    );
+    assert_eq!(e.limit(), Some(max));
+    expect_code(
+        f.macp.request_artifact_upload(&f.alice, request(&f, "empty.log", "text/plain", 0)).await,
+        "invalid_input",
+    );
+    expect_code(
+        f.macp.request_artifact_upload(&f.alice, request(&f, "page.html", "text/html", 10)).await,
+        "invalid_input",
+    );
+    for name in ["../../etc/passwd", "a/b.log", "..", "c:\\\\x.log", "", " lead.log", "x\\n.log"] {
+        let e = expect_code(
+            f.macp.request_artifact_upload(&f.alice, request(&f, name, "text/plain", 10)).await,
+            "invalid_input",
+        );
+        assert_eq!(e.body().field.as_deref(), Some("filename"), "{name:?}");
+    }
+    let ok = f
+        .macp
+        .request_artifact_upload(&f.alice, request(&f, "Grafana (p99) 09-41.png", "image/png", 10))
+        .await
+        .unwrap();
+    assert!(ok.key.ends_with("/Grafana (p99) 09-41.png"));
+}
