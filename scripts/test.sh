@@ -7,10 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s\n' "$*"; SECONDS=0; }
+took() { echo "($1 took ${SECONDS}s)"; }
 
 step "unit, conformance (memory + sqlite) and property tests"
-cargo test --workspace --all-features
+# The AWS conformance cases skip here; they run against moto below.
+env -u MACP_AWS_TEST_ENDPOINT cargo test --workspace --all-features
+took "cargo test"
 
 step "example: an embedded investigation"
 MACP_DATA_DIR="$(mktemp -d)" cargo run --quiet -p macp-examples --example investigation >/dev/null
@@ -27,5 +30,10 @@ fi
 step "end-to-end: the macp server with real MCP clients"
 cargo build --quiet -p macp-mcp --bin macp
 bash scripts/e2e.sh
+took "end-to-end"
+
+step "AWS backend: emulator checks, OpenTofu module, conformance and two servers on moto"
+bash scripts/aws-tests.sh
+took "AWS backend"
 
 step "all tests passed"

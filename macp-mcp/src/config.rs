@@ -5,14 +5,16 @@
 //! | flag | environment | TOML key | default |
 //! |---|---|---|---|
 //! | `--config FILE` | `MACP_CONFIG` | — | none |
+//! | `--backend local\|aws` | `MACP_BACKEND` | `backend` | `local` (`aws` needs the `aws` cargo feature) |
 //! | `--data-dir DIR` | `MACP_DATA_DIR` | `data_dir` | `$XDG_DATA_HOME/macp` or `~/.local/share/macp` |
 //! | `--bind ADDR` | `MACP_BIND` | `bind` | `127.0.0.1:8765` |
 //! | `--allowed-host HOST` (repeatable) | `MACP_ALLOWED_HOSTS` (comma-separated) | `allowed_hosts` | none beyond loopback |
 //! | `--public-url URL` | `MACP_PUBLIC_URL` | `public_url` | from the bound address |
 //! | `--local-user NAME` | `MACP_LOCAL_USER` | `local_user` | `$USER`, else `local` |
-//! | `--embedder builtin\|openai\|none` | `MACP_EMBEDDER` | `embedder` | `builtin` |
+//! | `--embedder builtin\|openai\|titan\|none` | `MACP_EMBEDDER` | `embedder` | `builtin` |
 //! | `--embeddings-url URL` | `MACP_EMBEDDINGS_URL` | `embeddings_url` | — (openai) |
 //! | `--embeddings-model NAME` | `MACP_EMBEDDINGS_MODEL` | `embeddings_model` | — (openai) |
+//! | `--embeddings-dimensions N` | `MACP_EMBEDDINGS_DIMENSIONS` | `embeddings_dimensions` | 256 (titan: 256, 512 or 1024) |
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `<issuer>/.well-known/jwks.json` |
@@ -22,6 +24,11 @@
 //! | `--auth-read-scope NAME` | `MACP_AUTH_READ_SCOPE` | `auth_read_scope` | not enforced |
 //! | `--auth-write-scope NAME` | `MACP_AUTH_WRITE_SCOPE` | `auth_write_scope` | not enforced |
 //! | `--auth-leeway SECS` | `MACP_AUTH_LEEWAY` | `auth_leeway` | 30 |
+//!
+//! With `--backend aws`, the AWS resources come from the environment only (the names the
+//! OpenTofu module in `deploy/tofu` outputs): `MACP_AWS_REGION` (else `AWS_REGION`),
+//! `MACP_AWS_TABLE_PREFIX` (default `macp-`), `MACP_AWS_ARTIFACT_BUCKET`, `MACP_AWS_VECTOR_BUCKET`,
+//! `MACP_AWS_ENDPOINT_URL` (emulators only), and credentials from the standard AWS chain.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,8 +45,21 @@ pub enum EmbedderKind {
     Builtin,
     /// An OpenAI-compatible `/v1/embeddings` endpoint.
     Openai,
+    /// Amazon Titan Text Embeddings V2 on Bedrock (the `aws` cargo feature).
+    Titan,
     /// No semantic search: keyword only.
     None,
+}
+
+/// Where the record is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// SQLite in the data directory (the embedded default).
+    #[default]
+    Local,
+    /// DynamoDB, S3 Vectors and S3 (the `aws` cargo feature).
+    Aws,
 }
 
 /// Flags shared by every subcommand (storage and search).
@@ -48,6 +68,9 @@ pub struct CommonArgs {
     /// TOML configuration file.
     #[arg(long, env = "MACP_CONFIG", global = true)]
     pub config: Option<PathBuf>,
+    /// Where the record is kept.
+    #[arg(long, env = "MACP_BACKEND", global = true, value_enum)]
+    pub backend: Option<BackendKind>,
     /// Directory holding the SQLite database.
     #[arg(long, env = "MACP_DATA_DIR", global = true)]
     pub data_dir: Option<PathBuf>,
@@ -60,6 +83,9 @@ pub struct CommonArgs {
     /// Model name at that endpoint (with `--embedder openai`).
     #[arg(long, env = "MACP_EMBEDDINGS_MODEL", global = true)]
     pub embeddings_model: Option<String>,
+    /// Vector size to request (with `--embedder titan`: 256, 512 or 1024).
+    #[arg(long, env = "MACP_EMBEDDINGS_DIMENSIONS", global = true)]
+    pub embeddings_dimensions: Option<usize>,
 }
 
 /// Flags of `macp serve`.
@@ -113,6 +139,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    /// See `--backend`.
+    pub backend: Option<BackendKind>,
     /// See `--data-dir`.
     pub data_dir: Option<PathBuf>,
     /// See `--bind`.
@@ -130,6 +158,8 @@ pub struct FileConfig {
     pub embeddings_url: Option<String>,
     /// See `--embeddings-model`.
     pub embeddings_model: Option<String>,
+    /// See `--embeddings-dimensions`.
+    pub embeddings_dimensions: Option<usize>,
     /// See `--reconcile-interval`.
     pub reconcile_interval: Option<u64>,
     /// See `--auth-issuer`.
@@ -163,6 +193,8 @@ impl FileConfig {
 /// Everything `macp` needs to open the service, resolved.
 #[derive(Debug, Clone)]
 pub struct Resolved {
+    /// Backend.
+    pub backend: BackendKind,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Embedder choice.
@@ -171,6 +203,8 @@ pub struct Resolved {
     pub embeddings_url: Option<String>,
     /// Model at that endpoint.
     pub embeddings_model: Option<String>,
+    /// Vector size requested from embedders that offer several.
+    pub embeddings_dimensions: usize,
     /// Listen address.
     pub bind: SocketAddr,
     /// Extra allowed hosts.
@@ -230,10 +264,12 @@ impl Resolved {
     pub fn new(common: &CommonArgs, serve: &ServeArgs) -> Result<Self, String> {
         let file = FileConfig::load(common.config.as_deref())?;
         Ok(Self {
+            backend: common.backend.or(file.backend).unwrap_or_default(),
             data_dir: common.data_dir.clone().or(file.data_dir).unwrap_or_else(macp_local::default_data_dir),
             embedder: common.embedder.or(file.embedder).unwrap_or_default(),
             embeddings_url: common.embeddings_url.clone().or(file.embeddings_url),
             embeddings_model: common.embeddings_model.clone().or(file.embeddings_model),
+            embeddings_dimensions: common.embeddings_dimensions.or(file.embeddings_dimensions).unwrap_or(256),
             bind: serve.bind.or(file.bind).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8765))),
             allowed_hosts: if serve.allowed_hosts.is_empty() {
                 file.allowed_hosts

@@ -19,7 +19,7 @@ use macp_local::SqliteStore;
 use macp_local::blobs::LocalBlobStore;
 use macp_mcp::MacpMcp;
 use macp_mcp::auth::Verifier;
-use macp_mcp::config::{CommonArgs, EmbedderKind, Resolved, ServeArgs};
+use macp_mcp::config::{BackendKind, CommonArgs, EmbedderKind, Resolved, ServeArgs};
 use macp_mcp::http::{HttpOptions, router, router_with_auth};
 use rmcp::ServiceExt;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +71,10 @@ enum Command {
     Reconcile,
     /// Rebuild the vector index with the configured embedder.
     Reindex,
+    /// Create the backend's storage if missing, idempotently: the SQLite database, or (with
+    /// `--backend aws`) the tables, buckets and vector bucket, for development and tests.
+    /// Production AWS deployments create them with the OpenTofu module in deploy/tofu.
+    Setup,
 }
 
 fn main() -> ExitCode {
@@ -91,20 +95,76 @@ fn main() -> ExitCode {
     }
 }
 
-/// Opens the store and the service as configured.
-async fn open(cfg: &Resolved) -> Result<Macp, String> {
-    open_with(cfg, None).await
+/// The service as configured, and (local backend, serving HTTP) the artifact store whose signed
+/// URLs this server answers itself. On AWS, S3 answers presigned URLs and the field is `None`.
+struct Opened {
+    macp: Macp,
+    local_artifacts: Option<LocalBlobStore>,
 }
 
-/// Opens the service, with artifact storage when `blobs` is given.
-async fn open_with(cfg: &Resolved, blobs: Option<LocalBlobStore>) -> Result<Macp, String> {
-    let store = SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?;
-    let store = Arc::new(store);
-    let mut b = Macp::builder().store(store.clone());
-    if let Some(blobs) = blobs {
-        b = b.blob_store(Arc::new(blobs));
+/// What the service is opened for.
+#[derive(Clone, Copy)]
+enum Use<'a> {
+    /// A one-shot command (no artifact storage).
+    Command,
+    /// `macp serve`: artifact storage too, with local URLs under `public` when there is one.
+    Serve { public: Option<&'a str> },
+    /// `macp reindex`: an embedder is required and the index's model is not checked, because
+    /// reindexing is the way out of a model mismatch.
+    Reindex,
+}
+
+#[cfg(not(feature = "aws"))]
+const NO_AWS: &str = "this macp was built without the `aws` cargo feature; rebuild with \
+                      `cargo build --release -p macp-mcp --features aws` to use --backend aws or --embedder titan";
+
+async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
+    let mut b = Macp::builder();
+    let mut local_artifacts = None;
+    let vectors: Arc<dyn VectorIndex> = match cfg.backend {
+        BackendKind::Local => {
+            let store =
+                Arc::new(SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?);
+            if let Use::Serve { public: Some(public) } = usage {
+                let blobs = LocalBlobStore::open(&cfg.data_dir, public).map_err(|e| e.to_string())?;
+                b = b.blob_store(Arc::new(blobs.clone()));
+                local_artifacts = Some(blobs);
+            }
+            b = b.store(store.clone());
+            store
+        }
+        BackendKind::Aws => {
+            #[cfg(feature = "aws")]
+            {
+                let aws = Arc::new(
+                    macp_aws::AwsBackend::builder_from_env().connect().await.map_err(|e| e.to_string())?,
+                );
+                if let Use::Serve { .. } = usage {
+                    b = b.blob_store(aws.clone());
+                }
+                b = b.store(aws.clone());
+                aws
+            }
+            #[cfg(not(feature = "aws"))]
+            return Err(NO_AWS.into());
+        }
+    };
+    match (embedder(cfg).await?, usage) {
+        (None, Use::Reindex) => {
+            return Err("reindex needs an embedder (--embedder builtin, openai or titan)".into());
+        }
+        (None, _) => {}
+        (Some(e), _) => b = b.embedder(e).vector_index(vectors),
     }
-    let embedder: Option<Arc<dyn Embedder>> = match cfg.embedder {
+    let macp = b.build().map_err(|e| e.to_string())?;
+    if !matches!(usage, Use::Reindex) {
+        macp.verify_index().await.map_err(|e| e.to_string())?;
+    }
+    Ok(Opened { macp, local_artifacts })
+}
+
+async fn embedder(cfg: &Resolved) -> Result<Option<Arc<dyn Embedder>>, String> {
+    Ok(match cfg.embedder {
         EmbedderKind::None => None,
         EmbedderKind::Builtin => {
             Some(Arc::new(macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?))
@@ -119,13 +179,19 @@ async fn open_with(cfg: &Resolved, blobs: Option<LocalBlobStore>) -> Result<Macp
             }
             Some(Arc::new(ob.connect().await.map_err(|e| e.to_string())?))
         }
-    };
-    if let Some(e) = embedder {
-        b = b.embedder(e).vector_index(store as Arc<dyn VectorIndex>);
-    }
-    let macp = b.build().map_err(|e| e.to_string())?;
-    macp.verify_index().await.map_err(|e| e.to_string())?;
-    Ok(macp)
+        EmbedderKind::Titan => {
+            #[cfg(feature = "aws")]
+            {
+                Some(Arc::new(
+                    macp_aws::TitanEmbedder::from_env(cfg.embeddings_dimensions)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                ))
+            }
+            #[cfg(not(feature = "aws"))]
+            return Err(NO_AWS.into());
+        }
+    })
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -133,7 +199,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Serve(serve) => serve_cmd(&cli.common, &serve).await,
         Command::Rooms { all, json } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open(&cfg).await?;
+            let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
             let mut cursor = None;
             loop {
@@ -164,7 +230,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Timeline { room, json } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open(&cfg).await?;
+            let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
             let mut cursor = None;
             loop {
@@ -197,7 +263,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Search { room, query, limit, json } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open(&cfg).await?;
+            let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
             let res = macp
                 .search_findings(
@@ -227,7 +293,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Reconcile => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open(&cfg).await?;
+            let macp = open(&cfg, Use::Command).await?.macp;
             let mut total = 0;
             loop {
                 let r = macp.reconcile(usize::MAX).await.map_err(|e| e.to_string())?;
@@ -242,47 +308,37 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("indexed {total} pending findings");
             Ok(())
         }
+        Command::Setup => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            match cfg.backend {
+                BackendKind::Local => {
+                    SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?;
+                    println!("SQLite database ready in {}", cfg.data_dir.display());
+                }
+                BackendKind::Aws => {
+                    #[cfg(feature = "aws")]
+                    {
+                        let aws = macp_aws::AwsBackend::builder_from_env()
+                            .connect()
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        aws.setup().await.map_err(|e| e.to_string())?;
+                        println!("AWS resources ready: {:?}", aws.names());
+                    }
+                    #[cfg(not(feature = "aws"))]
+                    return Err(NO_AWS.into());
+                }
+            }
+            Ok(())
+        }
         Command::Reindex => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open_for_reindex(&cfg).await?;
+            let macp = open(&cfg, Use::Reindex).await?.macp;
             let r = macp.reindex().await.map_err(|e| e.to_string())?;
             println!("reindexed {} findings", r.indexed);
             Ok(())
         }
     }
-}
-
-/// Like [`open`] but without the model check: reindex is the way out of a mismatch.
-async fn open_for_reindex(cfg: &Resolved) -> Result<Macp, String> {
-    let mut relaxed = cfg.clone();
-    if relaxed.embedder == EmbedderKind::None {
-        return Err("reindex needs an embedder (--embedder builtin or openai)".into());
-    }
-    relaxed.data_dir = cfg.data_dir.clone();
-    let store =
-        Arc::new(SqliteStore::builder().data_dir(&relaxed.data_dir).open().map_err(|e| e.to_string())?);
-    let embedder: Arc<dyn Embedder> = match relaxed.embedder {
-        EmbedderKind::Builtin => {
-            Arc::new(macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?)
-        }
-        _ => {
-            let (Some(url), Some(model)) = (&cfg.embeddings_url, &cfg.embeddings_model) else {
-                return Err("--embedder openai needs --embeddings-url and --embeddings-model".into());
-            };
-            Arc::new(
-                macp_core::search::openai::OpenAiEmbedder::builder(url, model)
-                    .connect()
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-        }
-    };
-    Macp::builder()
-        .store(store.clone())
-        .embedder(embedder)
-        .vector_index(store)
-        .build()
-        .map_err(|e| e.to_string())
 }
 
 fn init_logs(to_stderr: bool) {
@@ -302,10 +358,10 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let local = Principal::new(cfg.local_user.clone()).map_err(|e| e.to_string())?;
 
     if serve.stdio {
-        // No HTTP server answers signed URLs here, so no artifact tools.
-        let macp = open(&cfg).await?;
+        // No HTTP server answers local signed URLs here: artifact tools only on AWS (S3 URLs).
+        let macp = open(&cfg, Use::Serve { public: None }).await?.macp;
         let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
-        tracing::info!(user = %local.user_id, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
+        tracing::info!(user = %local.user_id, backend = ?cfg.backend, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
         let running = MacpMcp::new(macp, Some(local))
             .serve(rmcp::transport::stdio())
             .await
@@ -329,15 +385,14 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let public =
         cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");
-    let blobs = LocalBlobStore::open(&cfg.data_dir, &public).map_err(|e| e.to_string())?;
-    let macp = open_with(&cfg, Some(blobs.clone())).await?;
+    let Opened { macp, local_artifacts } = open(&cfg, Use::Serve { public: Some(&public) }).await?;
     let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
     let ct = CancellationToken::new();
     let mut allowed_hosts = cfg.allowed_hosts.clone();
     if let Some(host) = public.split("://").nth(1).and_then(|r| r.split('/').next()) {
         allowed_hosts.push(host.to_owned());
     }
-    let opts = HttpOptions { allowed_hosts, artifacts: Some(blobs), ..HttpOptions::default() };
+    let opts = HttpOptions { allowed_hosts, artifacts: local_artifacts, ..HttpOptions::default() };
     let app = match &cfg.auth {
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {
@@ -349,6 +404,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     match &cfg.auth {
         None => tracing::info!(
             url = %url,
+            backend = ?cfg.backend,
             data_dir = %cfg.data_dir.display(),
             embedder = ?cfg.embedder,
             user = %local.user_id,
@@ -360,6 +416,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             issuer = %a.issuer,
             audience_claim = %a.audience_claim,
             user_claim = %a.user_claim,
+            backend = ?cfg.backend,
             data_dir = %cfg.data_dir.display(),
             "auth is on: every request needs a bearer token from the issuer"
         ),

@@ -11,6 +11,11 @@ first broken expectation, printing what it expected and what it saw.
 With --tokens FILE (JSON: {"url": ..., "server_args": [...], "tokens": {"user": "jwt", ...}}),
 the server is started with those extra arguments and every agent sends its user's bearer
 token: the same scenario then runs with OAuth on, and every finding must carry its user's id.
+
+With --aws-endpoint URL (moto_server, see tests/aws/), `macp setup --backend aws` creates fresh
+tables and buckets there and --servers N (default 2) `macp serve --backend aws` processes share
+them: the agents are spread over the servers (agent i talks to server i mod N, the fresh agent to
+the last), so every agent reads what agents on other servers wrote, each finding exactly once.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import httpx2
@@ -169,6 +175,15 @@ async def agent_main(url: str, room: str, name: str, token: str | None) -> dict:
 # Orchestrator
 
 
+def aws_env(endpoint: str) -> dict:
+    """The environment of `macp --backend aws` against an emulator, with a fresh name prefix."""
+    return {
+        "MACP_BACKEND": "aws", "MACP_EMBEDDER": "builtin", "MACP_AWS_ENDPOINT_URL": endpoint,
+        "MACP_AWS_TABLE_PREFIX": f"e2e{os.getpid()}-{int(time.time())}-", "AWS_REGION": "us-west-2",
+        "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+    }
+
+
 def start_server(macp: str, data_dir: str, extra: list[str], env: dict) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [macp, "serve", "--bind", "127.0.0.1:0", "--data-dir", data_dir, *extra],
@@ -181,6 +196,9 @@ def start_server(macp: str, data_dir: str, extra: list[str], env: dict) -> tuple
         if not line:
             break
         if line.startswith("listening on "):
+            # Keep draining both pipes: a server blocked on a full log pipe would look hung.
+            for pipe in (proc.stdout, proc.stderr):
+                threading.Thread(target=lambda p=pipe: [None for _ in p], daemon=True).start()
             return proc, line.split()[-1]
     proc.kill()
     raise Failure(f"server did not start: {proc.stderr.read() if proc.stderr else ''}")
@@ -194,8 +212,16 @@ async def orchestrate(args) -> None:
         spec = json.load(open(args.tokens))
         tokens, extra, env = spec["tokens"], spec.get("server_args", []), spec.get("server_env", {})
     token_of = lambda user: tokens.get(user)  # noqa: E731
+    n_servers = 1
+    if args.aws_endpoint:
+        env = {**env, **aws_env(args.aws_endpoint)}
+        n_servers = args.servers
+        setup = subprocess.run([args.macp, "setup"], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+        expect(setup.returncode == 0, f"macp setup --backend aws failed: {setup.stderr.strip()}")
     with tempfile.TemporaryDirectory() as data_dir:
-        proc, url = start_server(args.macp, data_dir, extra, env)
+        servers = [start_server(args.macp, os.path.join(data_dir, f"s{i}"), extra, env) for i in range(n_servers)]
+        urls = [u for _, u in servers]
+        url = urls[0]
         try:
             t0 = time.monotonic()
             http, admin = await session(url, token_of("ana"))
@@ -205,9 +231,9 @@ async def orchestrate(args) -> None:
                     "tags": ["sev-2"],
                 }))["room_id"]
             procs = [
-                subprocess.Popen([sys.executable, __file__, "agent", url, room, name, token_of(name) or ""],
+                subprocess.Popen([sys.executable, __file__, "agent", urls[i % n_servers], room, name, token_of(name) or ""],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for name in AGENTS
+                for i, name in enumerate(AGENTS)
             ]
             results, failures = [], []
             for name, p in zip(AGENTS, procs):
@@ -226,7 +252,7 @@ async def orchestrate(args) -> None:
                 for r in results:
                     expect(r["user_id"] == r["agent"], f"agent {r['agent']} joined as user {r['user_id']}")
             # The fourth, fresh agent orients from the context alone.
-            http, fresh = await session(url, token_of("dee"), mode="auto")
+            http, fresh = await session(urls[-1], token_of("dee"), mode="auto")
             async with http, fresh:
                 ctx = await call(fresh, "get_room_context", {"room_id": room})
                 expect("502" in ctx["room"]["objective"], "context carries the objective")
@@ -254,16 +280,19 @@ async def orchestrate(args) -> None:
                 if tokens:
                     expect(all(users[a] == a for a in AGENTS) and users["dee"] == "dee", f"findings attributed to users: {users}")
             elapsed = time.monotonic() - t0
-            print(json.dumps({"ok": True, "url": url, "room": room, "seconds": round(elapsed, 2),
+            print(json.dumps({"ok": True, "urls": urls, "room": room, "seconds": round(elapsed, 2),
                               "auth": bool(tokens), "search_tops": {r["agent"]: r["search_top"] for r in results}}))
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                raise Failure("server did not shut down within 20 s of SIGTERM")
-        expect(code == 0, f"server exited with {code} after SIGTERM")
+            for proc, _ in servers:
+                proc.send_signal(signal.SIGTERM)
+            codes = []
+            for proc, _ in servers:
+                try:
+                    codes.append(proc.wait(timeout=20))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    raise Failure("server did not shut down within 20 s of SIGTERM")
+        expect(codes == [0] * n_servers, f"servers exited with {codes} after SIGTERM")
 
 
 def main() -> None:
@@ -275,6 +304,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--macp", required=True, help="path to the macp binary")
     ap.add_argument("--tokens", help="JSON file with server_args and per-user bearer tokens")
+    ap.add_argument("--aws-endpoint", help="run on --backend aws against this emulator endpoint (moto)")
+    ap.add_argument("--servers", type=int, default=2, help="with --aws-endpoint: how many servers share the tables")
     args = ap.parse_args()
     try:
         asyncio.run(orchestrate(args))

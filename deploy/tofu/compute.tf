@@ -1,0 +1,211 @@
+# Compute: an internal Application Load Balancer forwarding to `macp serve --backend aws` on one
+# EC2 instance, kept alive by an autoscaling group of exactly one. Phase 1 runs a single instance:
+# MCP sessions live in the server's memory, so a second instance would need sticky sessions.
+
+data "aws_ssm_parameter" "al2023" {
+  count = var.ami_id == null ? 1 : 0
+  name  = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-${var.instance_architecture}"
+}
+
+locals {
+  ami_id = var.ami_id != null ? var.ami_id : data.aws_ssm_parameter.al2023[0].insecure_value
+
+  https         = var.certificate_arn != null
+  listener_port = local.https ? 443 : 80
+  public_url    = var.public_url != null ? var.public_url : "${local.https ? "https" : "http"}://${aws_lb.this.dns_name}"
+
+  cognito_issuer = "https://cognito-idp.${var.region}.amazonaws.com/${aws_cognito_user_pool.this.id}"
+
+  # The environment of `macp serve --backend aws` (written to /etc/macp/macp.env). MACP_AUTH_* is
+  # the Cognito setup of the root README: access tokens carry the app client id in client_id,
+  # not aud. The server accepts the host of MACP_PUBLIC_URL in Host headers by itself.
+  macp_env = merge(
+    {
+      AWS_REGION                 = var.region
+      MACP_BIND                  = "0.0.0.0:${var.server_port}"
+      MACP_PUBLIC_URL            = local.public_url
+      MACP_DATA_DIR              = "/var/lib/macp"
+      MACP_AUTH_ISSUER           = local.cognito_issuer
+      MACP_AUTH_AUDIENCE         = aws_cognito_user_pool_client.agents.id
+      MACP_AUTH_AUDIENCE_CLAIM   = "client_id"
+      MACP_AUTH_USER_CLAIM       = "username"
+      MACP_AUTH_READ_SCOPE       = "${var.resource_server_identifier}/read"
+      MACP_AUTH_WRITE_SCOPE      = "${var.resource_server_identifier}/write"
+      MACP_AWS_REGION            = var.region
+      MACP_AWS_TABLE_PREFIX      = var.name_prefix
+      MACP_AWS_ARTIFACT_BUCKET   = aws_s3_bucket.artifacts.bucket
+      MACP_AWS_VECTOR_BUCKET     = aws_s3vectors_vector_bucket.vectors.vector_bucket_name
+      MACP_EMBEDDER              = "titan"
+      MACP_EMBEDDINGS_DIMENSIONS = tostring(var.embedding_dimension)
+    },
+    var.macp_extra_env,
+  )
+}
+
+# ---------------------------------------------------------------------------------------------
+# Load balancer
+# ---------------------------------------------------------------------------------------------
+
+resource "aws_lb" "this" {
+  name                       = "${local.base}-alb"
+  internal                   = true
+  load_balancer_type         = "application"
+  security_groups            = [aws_security_group.alb.id]
+  subnets                    = aws_subnet.private[*].id
+  drop_invalid_header_fields = true
+
+  # Streamable HTTP keeps server-sent-event streams open between events.
+  idle_timeout = 900
+}
+
+resource "aws_lb_target_group" "server" {
+  name                 = "${local.base}-server"
+  port                 = var.server_port
+  protocol             = "HTTP"
+  target_type          = "instance"
+  vpc_id               = aws_vpc.this.id
+  deregistration_delay = 30
+
+  # The protected-resource metadata: unauthenticated, not subject to the Host check of /mcp,
+  # and 200 only once the server runs with its OAuth configuration.
+  health_check {
+    path                = "/.well-known/oauth-protected-resource"
+    matcher             = "200"
+    interval            = 15
+    timeout             = 5
+    healthy_threshold   = 2
+    unhealthy_threshold = 3
+  }
+}
+
+resource "aws_lb_listener" "http" {
+  count = local.https ? 0 : 1
+
+  load_balancer_arn = aws_lb.this.arn
+  port              = 80
+  protocol          = "HTTP"
+
+  default_action {
+    type             = "forward"
+    target_group_arn = aws_lb_target_group.server.arn
+  }
+}
+
+resource "aws_lb_listener" "https" {
+  count = local.https ? 1 : 0
+
+  load_balancer_arn = aws_lb.this.arn
+  port              = 443
+  protocol          = "HTTPS"
+  ssl_policy        = "ELBSecurityPolicy-TLS13-1-2-2021-06"
+  certificate_arn   = var.certificate_arn
+
+  default_action {
+    type             = "forward"
+    target_group_arn = aws_lb_target_group.server.arn
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.public_url != null
+      error_message = "With certificate_arn, set public_url to the HTTPS name the certificate covers (the load balancer's own DNS name is not on it)."
+    }
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------------------------
+
+resource "aws_launch_template" "server" {
+  name_prefix            = "${local.base}-server-"
+  image_id               = local.ami_id
+  instance_type          = var.instance_type
+  vpc_security_group_ids = [aws_security_group.server.id]
+  update_default_version = true
+
+  iam_instance_profile {
+    arn = aws_iam_instance_profile.server.arn
+  }
+
+  user_data = base64encode(templatefile("${path.module}/templates/user_data.sh.tftpl", {
+    region        = var.region
+    binary_s3_uri = var.macp_binary_s3_uri
+    binary_sha256 = var.macp_binary_sha256
+    env           = local.macp_env
+  }))
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1
+  }
+
+  block_device_mappings {
+    device_name = "/dev/xvda"
+
+    ebs {
+      volume_size           = 20
+      volume_type           = "gp3"
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = { Name = "${local.base}-server" }
+  }
+
+  tag_specifications {
+    resource_type = "volume"
+    tags          = { Name = "${local.base}-server" }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = alltrue([for k, v in local.macp_env : can(regex("^[A-Za-z_][A-Za-z0-9_]*$", k)) && !can(regex("[\\n\\r\"\\\\]", v))])
+      error_message = "macp_extra_env: names must be environment variable names and values must not contain newlines, double quotes or backslashes."
+    }
+  }
+}
+
+resource "aws_autoscaling_group" "server" {
+  name                      = "${local.base}-server"
+  min_size                  = 1
+  max_size                  = 1
+  desired_capacity          = 1
+  vpc_zone_identifier       = aws_subnet.private[*].id
+  target_group_arns         = [aws_lb_target_group.server.arn]
+  health_check_type         = "ELB"
+  health_check_grace_period = 300
+
+  launch_template {
+    id      = aws_launch_template.server.id
+    version = aws_launch_template.server.latest_version
+  }
+
+  # A new launch template version (new binary, AMI or environment) replaces the instance:
+  # terminate, then launch (a short outage; one instance holds the MCP sessions).
+  instance_refresh {
+    strategy = "Rolling"
+
+    preferences {
+      min_healthy_percentage = 0
+    }
+  }
+
+  tag {
+    key                 = "Name"
+    value               = "${local.base}-server"
+    propagate_at_launch = true
+  }
+
+  # The server needs its endpoints and, for the JWKS, the NAT route before it starts.
+  depends_on = [
+    aws_vpc_endpoint.dynamodb,
+    aws_vpc_endpoint.s3,
+    aws_vpc_endpoint.interface,
+    aws_route.private_egress,
+  ]
+}

@@ -1,0 +1,62 @@
+//! The conformance suite against DynamoDB, S3 Vectors and S3 — in CI, moto_server with the
+//! project's QueryVectors extension (tests/aws/moto_macp.py), started by scripts/test.sh.
+//!
+//! Set `MACP_AWS_TEST_ENDPOINT` (e.g. `http://127.0.0.1:5000`) to run; without it every case is
+//! skipped. Each case gets its own tables and buckets (a fresh name prefix), so cases never share
+//! state; credentials come from the standard chain (any value works against moto).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use macp_aws::AwsBackend;
+use macp_core::blob::PresignedRequest;
+use macp_testkit::Transfer;
+
+/// Uses presigned S3 URLs over real HTTP, as an agent would.
+struct HttpTransfer(reqwest::Client);
+
+#[async_trait]
+impl Transfer for HttpTransfer {
+    async fn put(&self, upload: &PresignedRequest, content_type: &str, body: Vec<u8>) -> u16 {
+        let mut req = self.0.put(&upload.url).body(body);
+        for (k, v) in &upload.headers {
+            if !k.eq_ignore_ascii_case("content-type") && !k.eq_ignore_ascii_case("content-length") {
+                req = req.header(k, v);
+            }
+        }
+        req.header("content-type", content_type).send().await.map(|r| r.status().as_u16()).unwrap_or(599)
+    }
+
+    async fn get(&self, url: &str) -> (u16, Vec<u8>) {
+        match self.0.get(url).send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                (status, r.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+            }
+            Err(_) => (599, Vec::new()),
+        }
+    }
+}
+
+async fn aws() -> Option<macp_testkit::Backend> {
+    let endpoint = std::env::var("MACP_AWS_TEST_ENDPOINT").ok().filter(|v| !v.is_empty())?;
+    let prefix = format!("t{}-", ulid::Ulid::new().to_string().to_lowercase());
+    let builder = AwsBackend::builder()
+        .endpoint_url(endpoint)
+        .region(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-west-2".into()))
+        .table_prefix(prefix);
+    let backend = builder.clone().connect().await.expect("connect to the emulator");
+    backend.setup().await.expect("create tables and buckets");
+    // "Reopening" is a second, independent connection to the same tables: fresh clients and an
+    // empty in-process keyword cache, as a restarted server would have.
+    let second = builder.connect().await.expect("connect again");
+    let b = Arc::new(backend);
+    Some(
+        macp_testkit::Backend::new(b.clone())
+            .with_vector_index(b.clone())
+            .with_blobs(b, Arc::new(HttpTransfer(reqwest::Client::new())))
+            .with_reopen(move || -> Arc<dyn macp_core::Store> { Arc::new(second.clone()) }),
+    )
+}
+
+macp_testkit::conformance_tests!(aws);
