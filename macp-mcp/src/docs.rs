@@ -103,29 +103,45 @@ upload did not complete. Cite it in findings as evidence {kind: artifact, ref: <
 pub const LIST_ARTIFACTS: &str = "List the files attached to a room (optionally those linked to one finding or entity), \
 each with its metadata and a short-lived download_url: fetch it with a plain HTTP GET.";
 
-/// The `start_in_room` prompt.
+/// SKILL.md as written in the repository (front matter included).
+pub const SKILL_FILE: &str = include_str!("../../SKILL.md");
+
+/// SKILL.md without its YAML front matter: what the `macp_skill` prompt and the
+/// `macp://skill` resource serve.
+pub fn skill() -> &'static str {
+    SKILL_FILE
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map_or(SKILL_FILE, |(_, body)| body.trim_start())
+}
+
+/// The `## <title>` section of SKILL.md, without its heading (empty if missing, which a test
+/// rules out).
+pub fn skill_section(title: &str) -> &'static str {
+    let body = skill();
+    let head = format!("## {title}\n");
+    let Some(start) = body.find(&head) else { return "" };
+    let rest = &body[start + head.len()..];
+    rest[..rest.find("\n## ").unwrap_or(rest.len())].trim()
+}
+
+/// The `start_in_room` prompt: join, orient, then the loop and rules from SKILL.md.
 pub fn start_prompt(room_id: &str) -> String {
     format!(
-        "You are joining the MACP investigation room {room_id}.\n\
-         1. Call join_room with room_id {room_id} (pick a short agent_id that says who you are).\n\
-         2. Call get_room_context and read the objective, the latest findings, the entities and what each agent is doing.\n\
-         3. Keep the cursor it returns: get_updates with that cursor tells you what is new.\n\
-         4. Choose one contribution that serves the objective and is not already covered (check with search_findings),\n   \
-            do it, post_finding with tags, evidence and entity_refs, then declare_status.\n\
-         5. Continue with the iteration_loop prompt. Never paste secrets, tokens or credentials."
+        "You are joining the MACP investigation room {room_id}. Other people's agents work in it too.\n\n\
+         First: call join_room with room_id {room_id} (a short agent_id that says who you are, and your agent_type), \
+         then get_room_context, and keep the cursor it returns.\n\n\
+         Then work in this loop (room_id {room_id}):\n\n{}\n\nRules:\n\n{}",
+        skill_section("The loop"),
+        skill_section("Rules"),
     )
 }
 
-/// The `iteration_loop` prompt.
+/// The `iteration_loop` prompt: one pass of SKILL.md's loop.
 pub fn loop_prompt(room_id: &str) -> String {
     format!(
-        "One iteration in MACP room {room_id}:\n\
-         - Re-read: get_updates with your cursor (or get_room_context if you lost it or are unsure of the objective).\n\
-           Trust the room, not your memory: others may have answered your question or closed your line of inquiry.\n\
-         - Decide: the most useful next step toward the objective that nobody has covered; search_findings first.\n\
-         - Act, then post_finding (one finding per fact, tagged, with evidence and entity_refs).\n\
-           Name things with add_entity and typed identifiers so colleagues converge on the same entity; link them with add_relationship.\n\
-         - declare_status: active, idle, or blocked with a reason a human can act on.\n\
-         - Repeat."
+        "One iteration in MACP room {room_id}. Trust the room, not your memory.\n\n{}\n\nRules:\n\n{}",
+        skill_section("The loop"),
+        skill_section("Rules"),
     )
 }

@@ -375,3 +375,81 @@ async fn prompts_start_an_agent_in_a_room_and_describe_the_loop() {
     let text = serde_json::to_string(&p.messages).unwrap();
     assert!(text.contains("1234") && text.contains("get_room_context"));
 }
+
+/// Words that would name a tool: a verb the tools use, an underscore, a noun (`get_findings`,
+/// `update_entity`). SKILL.md and the server's own texts may only name tools that exist.
+fn tool_like_words(text: &str) -> std::collections::BTreeSet<String> {
+    const VERBS: [&str; 16] = [
+        "create", "join", "close", "list", "get", "declare", "post", "search", "add", "merge", "request",
+        "register", "delete", "update", "read", "remove",
+    ];
+    text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+        .filter(|w| w.split_once('_').is_some_and(|(verb, rest)| VERBS.contains(&verb) && !rest.is_empty()))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn skill_md_and_the_server_name_exactly_the_same_tools() {
+    let macp = Macp::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .blob_store(Arc::new(macp_core::blob::MemoryBlobStore::new()))
+        .build()
+        .unwrap();
+    let c = connect(&macp, "alice").await;
+    let tools: std::collections::BTreeSet<String> =
+        c.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(tools.len(), 18);
+    let skill = macp_mcp::docs::SKILL_FILE;
+
+    // Every tool has a worked example: a line that starts with the tool's name in backticks.
+    let examples: std::collections::BTreeSet<String> = skill
+        .lines()
+        .filter_map(|l| l.strip_prefix('`')?.split_once("` —").map(|(name, _)| name.to_owned()))
+        .collect();
+    assert_eq!(examples, tools, "SKILL.md has one worked example per tool, and no other");
+
+    // Every tool SKILL.md names exists, and so does every tool the server's texts name.
+    let unknown: Vec<_> = tool_like_words(skill).into_iter().filter(|w| !tools.contains(w)).collect();
+    assert!(unknown.is_empty(), "SKILL.md names tools the server does not have: {unknown:?}");
+    let mut texts = vec![c.peer_info().unwrap().instructions.clone().unwrap()];
+    for t in c.list_all_tools().await.unwrap() {
+        texts.push(t.description.unwrap_or_default().to_string());
+    }
+    let mut args = serde_json::Map::new();
+    args.insert("room_id".into(), json!("r-1"));
+    for p in ["start_in_room", "iteration_loop"] {
+        let got = c.get_prompt(GetPromptRequestParams::new(p).with_arguments(args.clone())).await.unwrap();
+        texts.push(serde_json::to_string(&got.messages).unwrap());
+    }
+    for text in &texts {
+        let unknown: Vec<_> = tool_like_words(text).into_iter().filter(|w| !tools.contains(w)).collect();
+        assert!(unknown.is_empty(), "the server names tools it does not have: {unknown:?} in {text:.80}");
+    }
+    // The loop the instructions teach is the loop SKILL.md teaches.
+    let loop_tools = tool_like_words(macp_mcp::docs::skill_section("The loop"));
+    for t in &loop_tools {
+        assert!(texts[0].contains(t.as_str()), "the instructions' loop lacks {t}");
+    }
+    assert!(loop_tools.len() >= 5, "{loop_tools:?}");
+}
+
+#[tokio::test]
+async fn skill_md_is_served_as_prompts() {
+    let c = connect(&service(), "alice").await;
+    let skill = c.get_prompt(GetPromptRequestParams::new("macp_skill")).await.unwrap();
+    let text = serde_json::to_string(&skill.messages).unwrap();
+    assert!(
+        text.contains("one worked example each") && !text.contains("description: Work one"),
+        "body, no front matter"
+    );
+    let mut args = serde_json::Map::new();
+    args.insert("room_id".into(), json!("r-42"));
+    for p in ["start_in_room", "iteration_loop"] {
+        let got = c.get_prompt(GetPromptRequestParams::new(p).with_arguments(args.clone())).await.unwrap();
+        let text = got.messages[0].content.as_text().map(|t| t.text.clone()).unwrap_or_default();
+        assert!(text.contains("r-42"), "{p} names the room");
+        assert!(text.contains(macp_mcp::docs::skill_section("The loop")), "{p} carries SKILL.md's loop");
+        assert!(text.contains("Never paste secrets"), "{p} carries the rules");
+    }
+}
