@@ -1559,6 +1559,110 @@ pub async fn room_context_is_bounded_in_a_large_room(backend: Backend) {
     assert_eq!(small.findings.total, 10_000);
 }
 
+/// A newcomer orients from the context alone in a 2,000-finding room: it stays within its caps
+/// and byte budget; its totals (findings, per tag, entities, relationships, agents by status)
+/// are exact; it shows authors, tags, identifiers and blocked reasons; and polling from its
+/// cursor returns exactly the findings posted afterwards, by several writers at once.
+pub async fn a_newcomer_orients_in_a_2000_finding_room(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let carol = principal("carol@example.com");
+    let c =
+        f.macp.join_room(&carol, JoinRoom::new(f.room).agent(agent("carol-codex"))).await.unwrap().agent_id;
+    let tags = ["triage", "evidence", "hypothesis", "dead-end", "root-cause", "remediation"];
+    let mut want_tags = std::collections::BTreeMap::<String, u64>::new();
+    let writers = [(&f.alice, &f.a), (&f.bob, &f.b), (&carol, &c)];
+    for i in 0..2_000usize {
+        // Every 7th finding carries two tags; the per-tag counts must count both.
+        let mut t = vec![tags[i % tags.len()]];
+        if i % 7 == 0 {
+            t.push("follow-up");
+        }
+        for x in &t {
+            *want_tags.entry((*x).to_owned()).or_default() += 1;
+        }
+        let (who, agent_id) = writers[i % 3];
+        let body = format!("#{i}: {} on orders-db-{} at 14:{:02} UTC", tags[i % tags.len()], i % 5, i % 60);
+        f.macp.post_finding(who, PostFinding::new(f.room, agent_id.clone(), body).tags(t)).await.unwrap();
+    }
+    let db = f.entity("orders-db-primary", "hostname", "orders-db-primary.prod.internal").await;
+    for i in 0..24 {
+        let svc = f.entity(&format!("svc-{i}"), "service", &format!("svc-{i}")).await;
+        f.link(svc, "depends_on", db).await;
+    }
+    for (who, agent_id, status, reason) in [
+        (&f.alice, &f.a, AgentStatus::Active, Some("reading the pool metrics")),
+        (&f.bob, &f.b, AgentStatus::Idle, None),
+        (&carol, &c, AgentStatus::Blocked, Some("need read access to the RDS logs")),
+    ] {
+        let d = DeclareStatus {
+            room_id: f.room,
+            agent_id: agent_id.clone(),
+            status,
+            reason: reason.map(Into::into),
+        };
+        f.macp.declare_status(who, d).await.unwrap();
+    }
+
+    let dee = principal("dee@example.com");
+    let ctx = f.macp.room_context(&dee, f.room).await.unwrap();
+    let caps = f.macp.context_caps().clone();
+    let size = serde_json::to_vec(&ctx).unwrap().len();
+    assert!(size <= caps.budget_bytes, "context is {size} bytes, over the {} budget", caps.budget_bytes);
+    assert!(ctx.room.objective.contains("502"), "the objective is there");
+    assert_eq!(ctx.findings.total, 2_000, "finding total is exact");
+    assert!(ctx.findings.shown >= 1 && ctx.findings.shown <= caps.findings);
+    assert_eq!(ctx.findings.items.last().unwrap().seq, 2_000, "the newest finding is shown");
+    for x in &ctx.findings.items {
+        let i = (x.seq - 1) as usize;
+        let (who, agent_id) = writers[i % 3];
+        assert_eq!((&x.agent_id, &x.user_id), (agent_id, &who.user_id), "#{i} is attributed");
+        assert_eq!(x.tags[0], tags[i % tags.len()], "#{i} shows its tags");
+    }
+    assert_eq!(ctx.tag_counts, want_tags, "per-tag counts are exact");
+    assert_eq!(ctx.tag_counts.get("dead-end"), Some(&333), "dead ends are countable");
+    assert_eq!((ctx.entities.total, ctx.entities.relationship_total), (25, 24), "entity totals are exact");
+    let top = &ctx.entities.items[0];
+    assert_eq!((top.entity_id, top.degree), (db, 24), "the hub comes first");
+    assert_eq!(top.identifiers[0].value, "orders-db-primary.prod.internal", "with its identifiers");
+    assert!(ctx.entities.shown <= caps.entities);
+    let counts = &ctx.agents.counts;
+    assert_eq!((counts.total, counts.active, counts.idle, counts.blocked), (3, 1, 1, 1), "agents by status");
+    let blocked = ctx.agents.items.iter().find(|s| s.agent_id == c).expect("the blocked agent is shown");
+    assert_eq!(blocked.status_reason.as_deref(), Some("need read access to the RDS logs"));
+
+    // Three writers keep posting; the newcomer polls from the context's cursor.
+    let mut tasks = tokio::task::JoinSet::new();
+    for (w, (who, agent_id)) in writers.iter().enumerate() {
+        let (macp, room, who, agent_id) = (f.macp.clone(), f.room, (*who).clone(), (*agent_id).clone());
+        tasks.spawn(async move {
+            let mut ids = Vec::new();
+            for k in 0..12 {
+                let p =
+                    PostFinding::new(room, agent_id.clone(), format!("after context: writer {w} post {k}"));
+                ids.push(macp.post_finding(&who, p).await.unwrap().finding.finding_id);
+            }
+            ids
+        });
+    }
+    let mut posted: Vec<FindingId> = tasks.join_all().await.into_iter().flatten().collect();
+    let mut seen = Vec::new();
+    let mut cursor = Some(ctx.cursor.clone());
+    loop {
+        let u = f.macp.updates(&dee, UpdatesQuery::new(f.room, cursor.take())).await.unwrap();
+        assert!(u.findings.iter().all(|x| x.seq > 2_000), "nothing the context already covered");
+        seen.extend(u.findings.iter().map(|x| (x.seq, x.finding_id)));
+        cursor = Some(u.cursor);
+        if !u.has_more {
+            break;
+        }
+    }
+    assert!(seen.windows(2).all(|w| w[0].0 + 1 == w[1].0), "in commit order, no gaps: {seen:?}");
+    let mut got: Vec<FindingId> = seen.into_iter().map(|(_, id)| id).collect();
+    got.sort();
+    posted.sort();
+    assert_eq!(got, posted, "exactly the 36 findings posted after the context, each once");
+}
+
 /// Polling get_updates from the context's cursor returns exactly the findings posted after it.
 pub async fn room_context_cursor_polls_exactly_what_came_after(backend: Backend) {
     let f = Fixture::new(&backend).await;

@@ -10,12 +10,25 @@
 //! In the backend crate, add `macp-testkit` as a dev-dependency and create
 //! `tests/conformance.rs`:
 //!
-//! ```ignore
+//! ```
+//! // tests/conformance.rs of your backend crate (here with the in-memory reference store).
 //! async fn backend() -> Option<macp_testkit::Backend> {
 //!     // Return None to skip (e.g. cloud credentials absent); every case then passes as skipped.
-//!     Some(macp_testkit::Backend::new(std::sync::Arc::new(MyStore::connect().await.ok()?)))
+//!     Some(macp_testkit::Backend::new(std::sync::Arc::new(macp_core::memory::MemoryStore::new())))
 //! }
 //! macp_testkit::conformance_tests!(backend);
+//! # fn main() {}
+//! ```
+//!
+//! A single case is a plain async function, handy while making one rule pass:
+//!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! let backend = macp_testkit::Backend::new(Arc::new(macp_core::memory::MemoryStore::new()));
+//! macp_testkit::cases::room_context_cursor_polls_exactly_what_came_after(backend).await;
+//! # }
 //! ```
 //!
 //! Then `cargo test -p my-backend --test conformance`. Every case gets a fresh backend from the
@@ -200,6 +213,7 @@ macro_rules! conformance_tests {
             room_summary_counts_are_exact,
             room_context_is_bounded_in_a_large_room,
             room_context_cursor_polls_exactly_what_came_after,
+            a_newcomer_orients_in_a_2000_finding_room,
             register_artifact_checks_prefix_and_links,
             list_artifacts_filters_by_finding_and_entity_alias,
             idempotent_register_artifact_replays,
