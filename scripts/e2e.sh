@@ -42,6 +42,9 @@ echo "--> artifacts: curl upload to a presigned URL, register, list and download
 echo "--> stdio transport (Python client) and the human-facing commands"
 "$python" tests/e2e/stdio_cli.py --macp "$macp"
 
+echo "--> the replayed investigation: 4 agent processes + a late joiner, OAuth on, close, restart, re-check"
+"$python" tests/e2e/replay_e2e.py --macp "$macp"
+
 echo "--> TypeScript SDK client"
 start_server ts
 node "$node_dir/ts_client.mjs" "$url"
