@@ -166,6 +166,51 @@ impl LocalBlobStore {
     }
 }
 
+/// Copies the artifact files, their metadata and the signing key from `data_dir` into `dest`
+/// (for [`crate::backup`]); uploads still in progress are left out. Returns how many artifact
+/// files and bytes were copied. Nothing is overwritten: an existing target is an error.
+pub fn copy_files(data_dir: &Path, dest: &Path) -> Result<(u64, u64)> {
+    fn walk(src: &Path, dst: &Path, skip: &Path, count: &mut (u64, u64)) -> Result<()> {
+        let entries = match std::fs::read_dir(src) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&format!("cannot read {}", src.display()), e)),
+        };
+        std::fs::create_dir_all(dst).map_err(|e| io_err(&format!("cannot create {}", dst.display()), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(&format!("cannot read {}", src.display()), e))?;
+            let (from, to) = (entry.path(), dst.join(entry.file_name()));
+            if from == skip {
+                continue;
+            }
+            if entry.file_type().map_err(|e| io_err("cannot stat", e))?.is_dir() {
+                walk(&from, &to, skip, count)?;
+            } else {
+                if to.exists() {
+                    return Err(io_err(
+                        &format!("{} exists", to.display()),
+                        std::io::ErrorKind::AlreadyExists.into(),
+                    ));
+                }
+                count.1 += std::fs::copy(&from, &to)
+                    .map_err(|e| io_err(&format!("cannot copy {}", from.display()), e))?;
+                count.0 += 1;
+            }
+        }
+        Ok(())
+    }
+    let mut files = (0, 0);
+    let incoming = data_dir.join("artifacts").join(".incoming");
+    walk(&data_dir.join("artifacts"), &dest.join("artifacts"), &incoming, &mut files)?;
+    walk(&data_dir.join("artifact-meta"), &dest.join("artifact-meta"), &incoming, &mut (0, 0))?;
+    match std::fs::read(data_dir.join(KEY_FILE)) {
+        Ok(k) => write_private(&dest.join(KEY_FILE), &k)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("cannot read the signing key", e)),
+    }
+    Ok(files)
+}
+
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut o = std::fs::OpenOptions::new();

@@ -12,20 +12,31 @@
 //! - Blocking SQLite calls run on tokio's blocking pool, never on the async runtime's workers.
 //! - A full-text index (FTS5) is written in the same transaction as each finding. Search ranks
 //!   keywords with an in-memory BM25 index per room (the same formula, checked against FTS5's
-//!   `bm25()`), and vectors with an in-memory scan (see [`vectors`]): both are loaded from the
+//!   `bm25()`), and vectors with an in-memory scan: both are loaded from the
 //!   database on first use and kept current by every write.
 //!
 //! Artifact files live beside the database, behind signed URLs: see [`blobs::LocalBlobStore`].
 //!
-//! ```no_run
-//! # fn main() -> macp_core::Result<()> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use macp_core::Macp;
+//! use macp_core::service::{CreateRoom, JoinRoom, PostFinding};
+//! use macp_core::{AgentId, Macp, Principal};
 //! use macp_local::SqliteStore;
 //!
-//! let store = SqliteStore::builder().data_dir("/var/lib/macp").open()?;
-//! let macp = Macp::builder().store(Arc::new(store)).build()?;
-//! # let _ = macp; Ok(()) }
+//! let dir = tempfile::tempdir()?; // a server uses e.g. ~/.local/share/macp
+//! let store = Arc::new(SqliteStore::builder().data_dir(dir.path()).open()?);
+//! let macp = Macp::builder().store(store).build()?;
+//! let me = Principal::new("ana")?;
+//! let room = macp.create_room(&me, CreateRoom::new("Why does checkout return 502s?")).await?.room_id;
+//! let agent = macp.join_room(&me, JoinRoom::new(room).agent(AgentId::new("ana-claude")?)).await?.agent_id;
+//! macp.post_finding(&me, PostFinding::new(room, agent, "502s began at 09:41 UTC").tags(["triage"])).await?;
+//!
+//! // Reopened from disk, the record is there.
+//! let again = Macp::builder().store(Arc::new(SqliteStore::builder().data_dir(dir.path()).open()?)).build()?;
+//! assert_eq!(again.room_context(&me, room).await?.findings.total, 1);
+//! # Ok(()) }
 //! ```
 
 pub mod blobs;
@@ -237,6 +248,28 @@ impl SqliteStore {
         &self.inner.path
     }
 
+    /// Writes a consistent snapshot of the database to `dest` (a new file; an existing one is
+    /// refused, never overwritten) while the store keeps serving: SQLite's `VACUUM INTO` reads
+    /// one committed snapshot, so the copy holds every write acknowledged before the call and
+    /// none half-done. Returns the copy's size in bytes. See [`backup`] for the whole data
+    /// directory.
+    pub async fn backup_database(&self, dest: &Path) -> Result<u64> {
+        if dest.exists() {
+            return Err(Error::invalid(
+                "dest",
+                format!("{} exists; a backup never overwrites, pick a new path", dest.display()),
+            ));
+        }
+        let target = dest
+            .to_str()
+            .ok_or_else(|| Error::invalid("dest", "the backup path must be valid UTF-8"))?
+            .to_owned();
+        self.read(move |c| c.execute("VACUUM INTO ?1", [&target]).map(|_| ()).map_err(sql_err)).await?;
+        std::fs::metadata(dest)
+            .map(|m| m.len())
+            .map_err(|e| Error::backend("sqlite", false, format!("backup written but unreadable: {e}"), None))
+    }
+
     /// Runs `f` with the writer connection on the blocking pool.
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
@@ -272,6 +305,40 @@ impl SqliteStore {
         .await
         .map_err(|e| Error::backend("sqlite", true, format!("blocking task failed: {e}"), None))?
     }
+}
+
+/// What [`backup`] copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackupReport {
+    /// Bytes of the database snapshot.
+    pub database_bytes: u64,
+    /// Artifact files copied (with their metadata).
+    pub artifacts: u64,
+    /// Bytes of artifact files copied.
+    pub artifact_bytes: u64,
+}
+
+/// Backs up a data directory while `store` (opened on it) keeps serving: the database as one
+/// consistent snapshot ([`SqliteStore::backup_database`]), then the artifact files, their
+/// metadata and the URL signing key ([`blobs::copy_files`]). `dest` must not exist or be empty.
+/// Artifact files never change once stored, so copying them after the snapshot captures every
+/// artifact the snapshot knows. Restore by stopping the server and pointing `--data-dir` at
+/// the copy (or moving it into place).
+pub async fn backup(store: &SqliteStore, dest: &Path) -> Result<BackupReport> {
+    let data_dir = store.path().parent().map(Path::to_path_buf).unwrap_or_default();
+    if dest.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        return Err(Error::invalid(
+            "dest",
+            format!("{} is not empty; a backup never overwrites, pick a new directory", dest.display()),
+        ));
+    }
+    std::fs::create_dir_all(dest).map_err(|e| {
+        Error::backend("sqlite", false, format!("cannot create {}: {e}", dest.display()), None)
+    })?;
+    let database_bytes = store.backup_database(&dest.join(DB_FILE)).await?;
+    let (artifacts, artifact_bytes) = blobs::copy_files(&data_dir, dest)?;
+    Ok(BackupReport { database_bytes, artifacts, artifact_bytes })
 }
 
 /// Maps a SQLite error: busy and locked are retryable, the rest are not.

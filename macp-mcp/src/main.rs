@@ -4,7 +4,7 @@
 //! macp serve                      # MCP over HTTP on 127.0.0.1:8765/mcp, SQLite in the data dir
 //! macp serve --bind 127.0.0.1:0   # any free port; prints "listening on http://…/mcp"
 //! macp serve --stdio              # one local user over stdio
-//! macp rooms | timeline ROOM | search ROOM QUERY | reconcile | reindex
+//! macp rooms | timeline ROOM | search ROOM QUERY | reconcile | reindex | backup DIR | setup
 //! ```
 
 use std::process::ExitCode;
@@ -71,6 +71,13 @@ enum Command {
     Reconcile,
     /// Rebuild the vector index with the configured embedder.
     Reindex,
+    /// Copy the local data directory (database snapshot, artifacts, signing key) into a new
+    /// directory, safely while a server is running on it. Restore: stop the server, then serve
+    /// with `--data-dir` pointing at the copy.
+    Backup {
+        /// The backup directory (must not exist or be empty).
+        dest: std::path::PathBuf,
+    },
     /// Create the backend's storage if missing, idempotently: the SQLite database, or (with
     /// `--backend aws`) the tables, buckets and vector bucket, for development and tests.
     /// Production AWS deployments create them with the OpenTofu module in deploy/tofu.
@@ -306,6 +313,27 @@ async fn run(cli: Cli) -> Result<(), String> {
                 }
             }
             println!("indexed {total} pending findings");
+            Ok(())
+        }
+        Command::Backup { dest } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            if cfg.backend != BackendKind::Local {
+                return Err(
+                    "macp backup copies the local data directory; on AWS use DynamoDB point-in-time \
+                            recovery and S3 versioning (see deploy/tofu/README.md)"
+                        .into(),
+                );
+            }
+            let store = SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?;
+            let r = macp_local::backup(&store, &dest).await.map_err(|e| e.to_string())?;
+            println!(
+                "backed up {} to {}: database {} bytes, {} artifact files ({} bytes)",
+                cfg.data_dir.display(),
+                dest.display(),
+                r.database_bytes,
+                r.artifacts,
+                r.artifact_bytes
+            );
             Ok(())
         }
         Command::Setup => {

@@ -4,7 +4,7 @@
     python tests/e2e/stdio_cli.py --macp target/debug/macp
 
 A Python `mcp` client starts `macp serve --stdio` as a subprocess (one local user), creates a
-room and posts findings; then `macp rooms`, `macp timeline`, `macp search` and `macp reconcile`
+room and posts findings; then `macp rooms`, `macp timeline`, `macp search`, `macp reconcile` and `macp backup`
 read the same data directory and must show what was written.
 """
 from __future__ import annotations
@@ -80,7 +80,17 @@ def main() -> None:
         rec = run(args.macp, d, "reconcile")
         if "indexed 0 pending findings" not in rec:
             fail(f"`macp reconcile`: {rec}")
-        print(json.dumps({"ok": True, "room": room, "search_top": top}))
+        # A backup is a data directory of its own: the same record, readable by every command.
+        copy = os.path.join(d, "backup-1")
+        out = run(args.macp, d, "backup", copy)
+        if "database" not in out:
+            fail(f"`macp backup`: {out}")
+        if run(args.macp, copy, "timeline", room, "--json") != run(args.macp, d, "timeline", room, "--json"):
+            fail("the backup's timeline differs from the original's")
+        again = subprocess.run([args.macp, "backup", copy, "--data-dir", d], capture_output=True, text=True, timeout=60)
+        if again.returncode == 0 or "not empty" not in again.stderr:
+            fail(f"a second backup into the same directory must be refused: {again.stderr}")
+        print(json.dumps({"ok": True, "room": room, "search_top": top, "backup": out.strip()}))
 
 
 if __name__ == "__main__":
