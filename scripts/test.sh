@@ -15,6 +15,10 @@ step "unit, conformance (memory + sqlite) and property tests"
 env -u MACP_AWS_TEST_ENDPOINT cargo test --workspace --all-features
 took "cargo test"
 
+step "API docs build without warnings (missing_docs is denied on public items)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
+took "cargo doc"
+
 step "example: an embedded investigation"
 MACP_DATA_DIR="$(mktemp -d)" cargo run --quiet -p macp-examples --example investigation >/dev/null
 echo "example ran"

@@ -2,8 +2,8 @@
 //!
 //! MACP on managed AWS services, as the design lays it out: DynamoDB for the record, S3 Vectors
 //! for semantic search, S3 for artifacts, Bedrock Titan Text Embeddings V2 for embeddings.
-//! [`AwsBackend`] implements every `macp_core` store trait plus [`VectorIndex`] and
-//! [`BlobStore`]; it passes the same conformance suite as the SQLite backend, and several
+//! [`AwsBackend`] implements every `macp_core` store trait plus [`VectorIndex`](macp_core::search::VectorIndex) and
+//! [`BlobStore`](macp_core::blob::BlobStore); it passes the same conformance suite as the SQLite backend, and several
 //! `macp serve --backend aws` processes can serve one room at once.
 //!
 //! ```no_run

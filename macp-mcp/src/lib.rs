@@ -4,17 +4,32 @@
 //! [`macp_core::Macp`], over Streamable HTTP (`/mcp`, [`http`]) or stdio. Tool names, argument
 //! names and result fields are a contract; see [`args`] and the `macp_core` result types.
 //!
-//! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use macp_core::{Macp, Principal, memory::MemoryStore};
 //! use macp_mcp::MacpMcp;
 //! use rmcp::ServiceExt;
+//! use rmcp::model::CallToolRequestParams;
 //!
 //! let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build()?;
-//! // One local user over stdio:
-//! let server = MacpMcp::new(macp, Some(Principal::new("me")?));
-//! server.serve(rmcp::transport::stdio()).await?.waiting().await?;
+//! let server = MacpMcp::new(macp, Some(Principal::new("me")?)); // one local user, auth off
+//!
+//! // Serve over any byte stream: `rmcp::transport::stdio()` for `macp serve --stdio`, an
+//! // in-memory pipe here, with an rmcp client on the other end.
+//! let (server_io, client_io) = tokio::io::duplex(1 << 16);
+//! tokio::spawn(async move {
+//!     if let Ok(running) = server.serve(server_io).await {
+//!         let _ = running.waiting().await;
+//!     }
+//! });
+//! let client = ().serve(client_io).await?;
+//! let args = serde_json::json!({"objective": "Find why checkout returns 502s"});
+//! let room = client
+//!     .call_tool(CallToolRequestParams::new("create_room").with_arguments(args.as_object().unwrap().clone()))
+//!     .await?;
+//! assert!(room.structured_content.unwrap()["room_id"].is_string());
 //! # Ok(()) }
 //! ```
 
