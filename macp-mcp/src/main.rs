@@ -428,6 +428,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             router_with_auth(macp, verifier, &opts, ct.child_token())
         }
     };
+    let signals = Shutdown::listen()?;
     println!("listening on {url}");
     match &cfg.auth {
         None => tracing::info!(
@@ -456,7 +457,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let shutdown = {
         let ct = ct.clone();
         async move {
-            wait_for_signal().await;
+            signals.requested().await;
             tracing::info!("shutting down");
             ct.cancel();
             let _ = stopping_tx.send(());
@@ -478,24 +479,38 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     Ok(())
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM and SIGINT, listened for from the moment this is created. Created before the
+/// server prints "listening on", so a signal sent as soon as that line appears shuts down
+/// gracefully instead of killing the process with the default action.
+struct Shutdown {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(t) => t,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    fn listen() -> Result<Self, String> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |k| signal(k).map_err(|e| format!("cannot listen for signals: {e}"));
+            Ok(Self { term: listen(SignalKind::terminate())?, int: listen(SignalKind::interrupt())? })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    async fn requested(mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = &mut self;
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
