@@ -77,7 +77,27 @@ pub fn router(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    with_artifacts(axum::Router::new().nest_service("/mcp", mcp_service(macp, local_user, opts, ct)), opts)
+    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct)), opts)
+}
+
+/// `/mcp` in a router of its own, so that layers (auth) wrap exactly the MCP endpoint.
+fn mcp_routes(service: StreamableHttpService<MacpMcp, LocalSessionManager>) -> axum::Router {
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(session_end_is_no_content))
+}
+
+/// rmcp acknowledges the `DELETE` that ends a session with `202 Accepted`, which the Python
+/// `mcp` client reports as "Session termination failed: 202" on every exit (it accepts 200 and
+/// 204). The session is already gone when rmcp answers, so `204 No Content` is the accurate
+/// reply; every other response passes through untouched.
+async fn session_end_is_no_content(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let delete = req.method() == axum::http::Method::DELETE;
+    let resp = next.run(req).await;
+    if delete && resp.status() == StatusCode::ACCEPTED {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    resp
 }
 
 /// Adds `/artifacts/{key}` (PUT uploads, GET downloads, authorised by the URL's signature
@@ -157,8 +177,7 @@ pub fn router_with_auth(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    let mcp = axum::Router::new()
-        .nest_service("/mcp", mcp_service(macp, None, opts, ct))
+    let mcp = mcp_routes(mcp_service(macp, None, opts, ct))
         .layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token));
     let app = axum::Router::new()
         .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
