@@ -70,8 +70,8 @@ def token_features(model: minilm.MiniLM) -> np.ndarray:
 
 
 def short_spans(texts: list[str], n: int = N_SPANS, seed: int = SPAN_SEED) -> list[str]:
-    """One window of 3-10 consecutive words from each of `n` sampled sentences of 6+ words,
-    deduplicated and sorted (deterministic for a given corpus)."""
+    """Samples `n` sentences and cuts one window of 3-10 consecutive words from each that has
+    6+ words; deduplicated and sorted (deterministic for a given corpus)."""
     rng = random.Random(seed)
     spans = set()
     for t in rng.sample(texts, n):
