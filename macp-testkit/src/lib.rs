@@ -228,6 +228,7 @@ macro_rules! conformance_tests {
             posts_are_indexed_inline_and_searchable_at_once,
             failed_indexing_loses_nothing_and_reconciles_exactly_once,
             pending_findings_are_found_by_their_words,
+            a_rooms_first_findings_are_found_by_their_words,
             an_index_built_by_another_model_is_refused_until_reindexed,
         );
         $crate::__props!(

@@ -374,6 +374,39 @@ pub async fn pending_findings_are_found_by_their_words(backend: Backend) {
     assert!(res.results.iter().all(|h| h.finding.index_status == IndexStatus::Pending));
 }
 
+/// The first findings of a new room are found by their words: with one or two findings every
+/// term is in at least half the room (BM25's idf is floored), and an identifier must still match.
+pub async fn a_rooms_first_findings_are_found_by_their_words(backend: Backend) {
+    if !backend.store.capabilities().keyword_search {
+        eprintln!("skipped: backend has no keyword search");
+        return;
+    }
+    let macp = Macp::builder().store(backend.store.clone()).build().unwrap();
+    let r = room(&macp).await;
+    let post = |content: &'static str| {
+        let (macp, r) = (macp.clone(), &r);
+        async move {
+            macp.post_finding(&r.who, PostFinding::new(r.id, r.agent.clone(), content))
+                .await
+                .unwrap()
+                .finding
+                .finding_id
+        }
+    };
+    let found = |query: &'static str| {
+        let (macp, r) = (macp.clone(), &r);
+        async move {
+            let res = macp.search_findings(&r.who, SearchFindings::new(r.id, query)).await.unwrap();
+            res.results.iter().map(|h| h.finding.finding_id).collect::<Vec<_>>()
+        }
+    };
+    let first = post("Deploy d-7f3a2 shrank the orders-db connection pool to 5").await;
+    assert_eq!(found("d-7f3a2").await, [first], "the only finding, by its identifier");
+    let second = post("Checkout p99 latency rose to 4.1 s at 09:41").await;
+    assert_eq!(found("orders-db").await, [first], "only the finding that names it");
+    assert_eq!(found("latency").await, [second]);
+}
+
 /// An index built with one model refuses another, naming both; reindex rebuilds it.
 pub async fn an_index_built_by_another_model_is_refused_until_reindexed(backend: Backend) {
     let Some(index) = backend.vector_index.clone() else {

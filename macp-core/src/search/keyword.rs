@@ -8,8 +8,11 @@
 //! Why not query FTS5 directly: `bm25()` is evaluated for every row that matches any query term,
 //! so a query with common words costs time proportional to the room (21.5 ms median at 100,000
 //! findings, measured in `benches/search.rs`). Here a posting list per term is summed once per
-//! query, terms whose idf is floored (in more than half the room's findings) are skipped — they
-//! change no score by more than 1e-5 — and only the top results are sorted.
+//! query and only the top results are sorted. Terms whose idf is floored (in at least half the
+//! room's findings) add at most ~2e-6 to a score, so their long posting lists are read only when
+//! the informative terms match fewer findings than asked for: then, as in FTS5, a finding that
+//! shares only common words with the query is still a (weak) match. In a room of one or two
+//! findings every term is floored, and an exact identifier must still be found.
 
 use std::collections::HashMap;
 
@@ -67,8 +70,8 @@ impl KeywordIndex {
         self.total_len += u64::from(len);
     }
 
-    /// The `limit` best findings containing at least one informative query term, and the sum of
-    /// every distinct query term's idf.
+    /// The `limit` best findings containing at least one query term, and the sum of every
+    /// distinct query term's idf.
     pub fn search(&self, query: &str, limit: usize) -> KeywordSearch {
         let terms = keyword_terms(query);
         let n = self.ids.len() as u64;
@@ -79,6 +82,14 @@ impl KeywordIndex {
         let avg = self.total_len as f64 / n as f64;
         let mut ideal = 0.0;
         let mut scores: HashMap<u32, f64> = HashMap::new();
+        let add = |scores: &mut HashMap<u32, f64>, list: &[(u32, u32)], idf: f64| {
+            for &(doc, tf) in list {
+                let tf = f64::from(tf);
+                let norm = K1 * (1.0 - B + B * f64::from(self.lens[doc as usize]) / avg);
+                *scores.entry(doc).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        };
+        let mut floored = Vec::new();
         for t in &terms {
             let list = self.postings.get(t);
             let df = list.map_or(0, Vec::len) as u64;
@@ -86,12 +97,14 @@ impl KeywordIndex {
             ideal += idf;
             let Some(list) = list else { continue };
             if idf <= 1e-6 {
-                continue;
+                floored.push((list, idf));
+            } else {
+                add(&mut scores, list, idf);
             }
-            for &(doc, tf) in list {
-                let tf = f64::from(tf);
-                let norm = K1 * (1.0 - B + B * f64::from(self.lens[doc as usize]) / avg);
-                *scores.entry(doc).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+        }
+        if scores.len() < limit {
+            for (list, idf) in floored {
+                add(&mut scores, list, idf);
             }
         }
         let mut ranked: Vec<(u32, f64)> = scores.into_iter().collect();
@@ -128,9 +141,29 @@ mod tests {
         assert_eq!(r.hits[0].finding_id, ids[0], "`database` is in one row, `cache` in two");
         assert_eq!(r.hits[1].finding_id, ids[1]);
         assert_eq!(r.hits[2].finding_id, ids[3]);
-        // `the` is in every row: its idf is floored and it matches nothing on its own.
-        assert!(ix.search("the", 10).hits.is_empty());
+        // `the` is in every row: its idf is floored, so on its own it matches every row weakly
+        // (as FTS5 does), and next to informative terms it is not read at all.
+        assert_eq!(ix.search("the", 10).hits.len(), 6);
+        assert!(ix.search("the", 10).hits.iter().all(|h| h.score < 1e-5));
+        assert_eq!(ix.search("the database", 1).hits.len(), 1);
         let ideal = bm25_idf(6, 1) + bm25_idf(6, 2);
         assert!((r.ideal - ideal).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_identifier_is_found_in_a_room_of_one_or_two_findings() {
+        // With N <= 2 every idf is floored (ln((N - n + 0.5) / (n + 0.5)) <= 0).
+        let mut ix = KeywordIndex::new();
+        let a = FindingId::generate();
+        ix.add(a, "deploy d-7f3a2 rolled out orders-db pool change");
+        assert_eq!(ix.search("d-7f3a2", 10).hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(), [a]);
+        let b = FindingId::generate();
+        ix.add(b, "checkout latency rose at 09:41");
+        let hits = ix.search("orders-db", 10).hits;
+        assert_eq!(
+            hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(),
+            [a],
+            "only the finding that names it"
+        );
     }
 }
