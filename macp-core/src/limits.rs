@@ -126,17 +126,27 @@ pub struct ContextCaps {
     pub entities: usize,
     /// Agents listed (most recently active first).
     pub agents: usize,
+    /// Tags listed in `tag_counts` (most used first).
+    pub tags: usize,
     /// Characters of each finding's content shown; longer content is marked as shortened and
     /// can be read whole through get_timeline.
     pub content_preview_chars: usize,
     /// Upper bound of the whole context serialised as JSON, in bytes. Items are dropped (oldest
-    /// findings, lowest-degree entities first) until it fits; the response says how many were
-    /// shown of how many.
+    /// findings, lowest-degree entities, least active agents, least used tags first) until it
+    /// fits; the response says how many were shown of how many. The room itself is always
+    /// shown, so the service refuses a budget that could not hold a room at the input limits.
     pub budget_bytes: usize,
 }
 
 impl Default for ContextCaps {
     fn default() -> Self {
-        Self { findings: 20, entities: 15, agents: 32, content_preview_chars: 480, budget_bytes: 16 * 1024 }
+        Self {
+            findings: 20,
+            entities: 15,
+            agents: 32,
+            tags: 40,
+            content_preview_chars: 480,
+            budget_bytes: 16 * 1024,
+        }
     }
 }

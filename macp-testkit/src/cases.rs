@@ -1543,20 +1543,55 @@ pub async fn room_context_is_bounded_in_a_large_room(backend: Backend) {
     assert_eq!(ctx.tag_counts.get("dead-end"), Some(&2_500));
     assert_eq!(ctx.agents.counts.total, 2);
     assert_eq!(ctx.caps, caps, "the caps used are reported");
-    // A tighter budget drops items but keeps the response valid and within budget.
+    // A tighter budget drops items but keeps the response valid and within budget. (The
+    // service refuses a budget that could not hold a room at its input limits: lower them.)
+    let mut small_limits = macp_core::Limits::default();
+    small_limits.max_objective_bytes = 512;
+    small_limits.max_name_bytes = 100;
+    small_limits.max_tags = 4;
+    small_limits.max_tag_bytes = 32;
+    let mut tight_caps = macp_core::ContextCaps::default();
+    tight_caps.budget_bytes = 4096;
+    let refused = Macp::builder().store(backend.store.clone()).context_caps(tight_caps.clone()).build();
+    let err = refused.err().expect("a 4 KiB budget cannot hold a 4 KiB objective");
+    assert_eq!((err.code(), err.limit()), ("invalid_input", Some(12_736)), "{err}");
     let tight = Macp::builder()
         .store(backend.store.clone())
-        .context_caps({
-            let mut c = macp_core::ContextCaps::default();
-            c.budget_bytes = 4096;
-            c
-        })
+        .limits(small_limits)
+        .context_caps(tight_caps)
         .build()
         .unwrap();
     let small = tight.room_context(&f.bob, f.room).await.unwrap();
     assert!(serde_json::to_vec(&small).unwrap().len() <= 4096);
     assert!(small.findings.shown < ctx.findings.shown);
     assert_eq!(small.findings.total, 10_000);
+}
+
+/// A room whose findings carry thousands of distinct tags still gets a context within its byte
+/// budget: `tag_counts` lists the most used tags up to the cap, and says how many exist.
+pub async fn room_context_lists_the_most_used_tags_within_budget(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    for i in 0..250u32 {
+        let mut tags: Vec<String> = (0..15).map(|k| format!("host:ip-10-{i}-{k}-0.ec2.internal")).collect();
+        tags.push(if i % 5 == 0 { "root-cause".into() } else { "evidence".into() });
+        f.macp
+            .post_finding(&f.alice, PostFinding::new(f.room, f.a.clone(), format!("finding {i}")).tags(tags))
+            .await
+            .unwrap();
+    }
+    let ctx = f.macp.room_context(&f.bob, f.room).await.unwrap();
+    let caps = f.macp.context_caps().clone();
+    let size = serde_json::to_vec(&ctx).unwrap().len();
+    assert!(size <= caps.budget_bytes, "context is {size} bytes, over the {} budget", caps.budget_bytes);
+    assert_eq!(ctx.tags_total, 250 * 15 + 2, "every distinct tag is counted");
+    assert_eq!(ctx.tags_shown, ctx.tag_counts.len());
+    assert!(ctx.tags_shown <= caps.tags);
+    assert_eq!(ctx.tag_counts.get("evidence"), Some(&200), "the most used tags are listed, exactly");
+    assert_eq!(ctx.tag_counts.get("root-cause"), Some(&50));
+    assert!(ctx.findings.shown >= 5, "tag counts never push the latest findings below five");
+    assert_eq!(ctx.findings.items.last().unwrap().content, "finding 249");
+    let summary = f.macp.room_summary(&f.bob, f.room).await.unwrap();
+    assert_eq!(summary.tag_counts.len(), ctx.tags_total, "the summary has every tag");
 }
 
 /// A newcomer orients from the context alone in a 2,000-finding room: it stays within its caps

@@ -212,6 +212,7 @@ macro_rules! conformance_tests {
             entity_graph_walks_to_depth_and_refuses_deeper,
             room_summary_counts_are_exact,
             room_context_is_bounded_in_a_large_room,
+            room_context_lists_the_most_used_tags_within_budget,
             room_context_cursor_polls_exactly_what_came_after,
             a_newcomer_orients_in_a_2000_finding_room,
             register_artifact_checks_prefix_and_links,

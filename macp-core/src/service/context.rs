@@ -105,8 +105,13 @@ pub struct RoomContext {
     pub room: Room,
     /// Latest findings and the total.
     pub findings: ContextFindings,
-    /// Findings per tag over the whole room (which lines of inquiry exist or are closed).
+    /// Findings per tag over the whole room (which lines of inquiry exist or are closed): the
+    /// most used tags, up to the `tags` cap.
     pub tag_counts: BTreeMap<String, u64>,
+    /// Distinct tags on the room's findings.
+    pub tags_total: usize,
+    /// Tags listed in `tag_counts`.
+    pub tags_shown: usize,
     /// Top entities and the totals.
     pub entities: ContextEntities,
     /// Agents and their declared statuses.
@@ -147,10 +152,14 @@ impl Macp {
 
         let items: Vec<ContextFinding> =
             latest.iter().map(|f| preview(f, caps.content_preview_chars)).collect();
+        let tags_total = stats.tag_counts.len();
+        let tag_counts = most_used(stats.tag_counts, caps.tags);
         let mut ctx = RoomContext {
             room,
             findings: ContextFindings { total, shown: items.len(), items },
-            tag_counts: stats.tag_counts,
+            tags_shown: tag_counts.len(),
+            tag_counts,
+            tags_total,
             entities: ContextEntities {
                 total: entity_stats.canonical,
                 shown: top.len(),
@@ -198,13 +207,29 @@ fn preview(f: &Finding, max_chars: usize) -> ContextFinding {
     }
 }
 
+/// The `n` most used tags (ties by name).
+fn most_used(counts: BTreeMap<String, u64>, n: usize) -> BTreeMap<String, u64> {
+    if counts.len() <= n {
+        return counts;
+    }
+    let mut all: Vec<(String, u64)> = counts.into_iter().collect();
+    all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    all.truncate(n);
+    all.into_iter().collect()
+}
+
+/// The least used of the listed tags (the last one `most_used` would keep).
+fn least_used(counts: &BTreeMap<String, u64>) -> Option<String> {
+    counts.iter().min_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0))).map(|(t, _)| t.clone())
+}
+
 fn size(ctx: &RoomContext) -> usize {
     serde_json::to_vec(ctx).map(|v| v.len()).unwrap_or(usize::MAX)
 }
 
-/// Drops items until the serialised context fits its budget: first the oldest findings and the
-/// lowest-degree entities and least recently active agents down to a floor of five each, then
-/// below it. The `shown` counts say what remains, next to the totals.
+/// Drops items until the serialised context fits its budget: first the oldest findings, the
+/// lowest-degree entities, the least recently active agents and the least used tags down to a
+/// floor of five each, then below it. The `shown` counts say what remains, next to the totals.
 fn fit_budget(ctx: &mut RoomContext) {
     let budget = ctx.caps.budget_bytes;
     for floor in [5usize, 0] {
@@ -219,6 +244,12 @@ fn fit_budget(ctx: &mut RoomContext) {
         while size(ctx) > budget && ctx.agents.items.len() > floor {
             ctx.agents.items.pop();
             ctx.agents.shown = ctx.agents.items.len();
+        }
+        while size(ctx) > budget && ctx.tag_counts.len() > floor {
+            if let Some(t) = least_used(&ctx.tag_counts) {
+                ctx.tag_counts.remove(&t);
+            }
+            ctx.tags_shown = ctx.tag_counts.len();
         }
     }
 }

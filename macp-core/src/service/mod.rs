@@ -169,11 +169,20 @@ impl MacpBuilder {
         let store = self.store.ok_or_else(|| {
             Error::invalid("store", "MacpBuilder needs a store: call .store(Arc::new(...)) before .build()")
         })?;
-        if self.context_caps.budget_bytes < 2048 {
-            return Err(Error::invalid(
-                "context_caps.budget_bytes",
-                "the room-context budget must be at least 2048 bytes to hold the objective and totals",
-            ));
+        // The room is always shown whole: the budget must hold the largest room the limits
+        // admit (two bytes per byte for JSON escaping) plus the totals, caps and cursor.
+        let l = &self.limits;
+        let min_budget =
+            2 * (l.max_objective_bytes + l.max_name_bytes) + l.max_tags * (2 * l.max_tag_bytes + 3) + 2048;
+        if self.context_caps.budget_bytes < min_budget {
+            return Err(Error::InvalidInput {
+                field: "context_caps.budget_bytes".into(),
+                message: format!(
+                    "the room-context budget must be at least {min_budget} bytes to hold a room at the \
+                     input limits (objective, name, tags) and the totals; raise it or lower those limits"
+                ),
+                limit: Some(min_budget as u64),
+            });
         }
         let search = match (self.embedder, self.index) {
             (Some(e), Some(i)) => Some(search::Search::new(e, i)),
