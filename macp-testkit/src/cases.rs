@@ -1594,6 +1594,67 @@ pub async fn room_context_lists_the_most_used_tags_within_budget(backend: Backen
     assert_eq!(summary.tag_counts.len(), ctx.tags_total, "the summary has every tag");
 }
 
+/// A merge may not leave the winner with more identifiers than an entity may hold: it is refused
+/// with the limit and merges nothing. Attaching by identifiers an entity already holds is never
+/// refused by the limit.
+pub async fn merge_refuses_to_exceed_the_identifier_limit(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let max = Limits::default().max_identifiers;
+    let add = |name: &'static str, from: usize, n: usize| {
+        let mut req = AddEntity::new(f.room, f.a.clone(), name, EntityType::Resource);
+        for i in from..from + n {
+            req = req.identifier("host", format!("ip-10-0-{i}-1"));
+        }
+        let (macp, who) = (f.macp.clone(), f.alice.clone());
+        async move { macp.add_entity(&who, req).await.unwrap().entity.entity_id }
+    };
+    let merge = |w: EntityId, l: EntityId| {
+        let req =
+            MergeEntities { room_id: f.room, agent_id: f.a.clone(), winner_entity_id: w, loser_entity_id: l };
+        let (macp, who) = (f.macp.clone(), f.alice.clone());
+        async move { macp.merge_entities(&who, req).await }
+    };
+    let a = add("fleet-a", 0, max - 4).await;
+    let b = add("fleet-b", 100, 8).await;
+    let e = expect_code(merge(a, b).await, "invalid_input");
+    assert_eq!(e.limit(), Some(max as u64), "{e}");
+    let g = f
+        .macp
+        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .await
+        .unwrap();
+    assert_eq!(g.entities.len(), 2, "nothing was merged");
+
+    let c = add("fleet-c", 200, 4).await;
+    let merged = merge(a, c).await.unwrap();
+    assert_eq!(merged.entity.entity.identifiers.len(), max, "exactly at the limit is allowed");
+    // Attaching by identifiers the entity holds adds nothing and is not refused.
+    let again = f
+        .macp
+        .add_entity(
+            &f.bob,
+            AddEntity::new(f.room, f.b.clone(), "fleet", EntityType::Resource)
+                .identifier("host", "ip-10-0-0-1")
+                .identifier("host", "ip-10-0-200-1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.entity.entity_id, a);
+    // One new identifier on a full entity is refused with the limit.
+    let e = expect_code(
+        f.macp
+            .add_entity(
+                &f.bob,
+                AddEntity::new(f.room, f.b.clone(), "fleet", EntityType::Resource)
+                    .identifier("host", "ip-10-0-0-1")
+                    .identifier("host", "ip-10-9-9-9"),
+            )
+            .await,
+        "invalid_input",
+    );
+    assert_eq!(e.limit(), Some(max as u64));
+}
+
 /// A newcomer orients from the context alone in a 2,000-finding room: it stays within its caps
 /// and byte budget; its totals (findings, per tag, entities, relationships, agents by status)
 /// are exact; it shows authors, tags, identifiers and blocked reasons; and polling from its

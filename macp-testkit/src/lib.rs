@@ -205,6 +205,7 @@ macro_rules! conformance_tests {
             entity_limits_refuse_and_never_truncate,
             merge_is_lazy_and_aliases_resolve_on_every_read,
             merge_chains_resolve_without_cycles,
+            merge_refuses_to_exceed_the_identifier_limit,
             concurrent_opposite_merges_never_form_a_cycle,
             repeated_relationship_adds_evidence_to_one_edge,
             relationship_endpoints_must_exist_and_differ,

@@ -324,7 +324,8 @@ impl Macp {
         let mut union: Vec<&Identifier> = existing.identifiers.iter().chain(identifiers.iter()).collect();
         union.sort();
         union.dedup();
-        if union.len() > l.max_identifiers {
+        // Only identifiers it does not hold yet count: attaching by ones it has is always fine.
+        if union.len() > existing.identifiers.len() && union.len() > l.max_identifiers {
             return Err(Error::InvalidInput {
                 field: "identifiers".into(),
                 message: format!(
@@ -525,6 +526,7 @@ impl Macp {
                 let entity = self.graph_entity(req.room_id, &aliases, winner).await?;
                 return Ok(MergeOutcome { entity, already_merged: true });
             }
+            self.check_merged_identifiers(req.room_id, winner, loser).await?;
             match self.inner.store.merge_entities(req.room_id, winner, loser).await {
                 Ok(_) => {
                     self.touch(&session).await;
@@ -539,6 +541,37 @@ impl Macp {
         Err(Error::conflict(
             "the entities kept changing under concurrent merges; read the graph again and retry",
         ))
+    }
+
+    /// The winner of a merge takes the union of both entities' identifiers, which must stay
+    /// within `max_identifiers`. (Checked before the store's write: an attach racing the merge
+    /// can add its own identifiers on top.)
+    async fn check_merged_identifiers(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+    ) -> Result<()> {
+        let max = self.inner.limits.max_identifiers;
+        let w = self.canonical_entity(room_id, winner).await?;
+        let lo = self.canonical_entity(room_id, loser).await?;
+        let mut union: Vec<&Identifier> = w.identifiers.iter().chain(lo.identifiers.iter()).collect();
+        union.sort();
+        union.dedup();
+        if union.len() > max {
+            return Err(Error::InvalidInput {
+                field: "loser_entity_id".into(),
+                message: format!(
+                    "merging would give `{winner}` {} identifiers ({} + {}); the limit per entity is {max}. \
+                     Nothing was merged: link the two with a `same_as` relationship instead",
+                    union.len(),
+                    w.identifiers.len(),
+                    lo.identifiers.len()
+                ),
+                limit: Some(max as u64),
+            });
+        }
+        Ok(())
     }
 
     async fn graph_entity(&self, room_id: RoomId, aliases: &Aliases, id: EntityId) -> Result<GraphEntity> {
