@@ -203,11 +203,12 @@ impl MacpMcp {
         Ok(a.principal)
     }
 
-    /// The agent a write acts as: the one named, else the one this session joined the room
-    /// with, else the caller's only agent in the room.
+    /// The agent a write acts as: the one named, else the one this MCP session joined the room
+    /// with. Never guessed from the caller's other sessions: with auth off every client is the
+    /// same local user, and a fresh client must not post as another client's agent.
     async fn acting_agent(
         &self,
-        who: &Principal,
+        _who: &Principal,
         room_id: RoomId,
         named: Option<AgentId>,
     ) -> Result<AgentId, CallToolResult> {
@@ -217,23 +218,13 @@ impl MacpMcp {
         if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
             return Ok(a.clone());
         }
-        let agents = self.macp.list_agents(who, room_id).await.map_err(|e| tool_error(&e))?;
-        let mine: Vec<&AgentSession> = agents.iter().filter(|a| a.user_id == who.user_id).collect();
-        match mine.as_slice() {
-            [one] => Ok(one.agent_id.clone()),
-            [] => Err(tool_error(&Error::NotJoined {
-                message: format!(
-                    "you have not joined room `{room_id}`; call join_room with this room_id first"
-                ),
-            })),
-            many => Err(tool_error(&Error::invalid(
-                "agent_id",
-                format!(
-                    "you have several agents in this room ({}); say which one acts with agent_id",
-                    many.iter().map(|a| a.agent_id.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            ))),
-        }
+        Err(tool_error(&Error::NotJoined {
+            message: format!(
+                "this MCP session has not joined room `{room_id}`: call join_room with this room_id \
+                 first (pass your agent_id to continue as an agent you joined with before), or name \
+                 the acting agent with agent_id"
+            ),
+        }))
     }
 }
 

@@ -346,20 +346,26 @@ async fn errors_are_tool_errors_with_stable_codes_and_never_panics() {
         .await;
 }
 
+/// Without agent_id a write acts as the agent this MCP session joined with, and nothing else:
+/// with auth off every client is the same local user, so a fresh session that guessed would
+/// post as another client's agent.
 #[tokio::test]
-async fn a_user_with_one_agent_in_a_room_needs_no_agent_id_on_a_new_connection() {
+async fn a_session_that_has_not_joined_must_join_or_name_its_agent() {
     let macp = service();
     let first = connect(&macp, "alice").await;
     let room =
         ok(&first, "create_room", json!({"objective": "o"})).await["room_id"].as_str().unwrap().to_owned();
     ok(&first, "join_room", json!({"room_id": room, "agent_id": "mine"})).await;
-    // A stateless client (new connection, no session memory) still acts as alice's only agent.
     let second = connect(&macp, "alice").await;
-    let p = ok(&second, "post_finding", json!({"room_id": room, "content": "from a new connection"})).await;
+    let e = err(&second, "post_finding", json!({"room_id": room, "content": "whose?"}), "not_joined").await;
+    let msg = e["message"].as_str().unwrap();
+    assert!(msg.contains("join_room") && msg.contains("agent_id"), "{msg}");
+    let p =
+        ok(&second, "post_finding", json!({"room_id": room, "content": "named", "agent_id": "mine"})).await;
     assert_eq!(p["finding"]["agent_id"], "mine");
-    ok(&second, "join_room", json!({"room_id": room, "agent_id": "other"})).await;
-    let third = connect(&macp, "alice").await;
-    err(&third, "post_finding", json!({"room_id": room, "content": "which one?"}), "invalid_input").await;
+    ok(&second, "join_room", json!({"room_id": room, "agent_id": "mine"})).await;
+    let p = ok(&second, "post_finding", json!({"room_id": room, "content": "joined again"})).await;
+    assert_eq!(p["finding"]["agent_id"], "mine", "re-joining with an agent_id continues as that agent");
 }
 
 #[tokio::test]
