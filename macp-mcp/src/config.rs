@@ -14,7 +14,7 @@
 //! | `--embedder builtin\|openai\|titan\|none` | `MACP_EMBEDDER` | `embedder` | `builtin` |
 //! | `--embeddings-url URL` | `MACP_EMBEDDINGS_URL` | `embeddings_url` | — (openai) |
 //! | `--embeddings-model NAME` | `MACP_EMBEDDINGS_MODEL` | `embeddings_model` | — (openai) |
-//! | `--embeddings-dimensions N` | `MACP_EMBEDDINGS_DIMENSIONS` | `embeddings_dimensions` | 256 (titan: 256, 512 or 1024) |
+//! | `--embeddings-dimensions N` | `MACP_EMBEDDINGS_DIMENSIONS` | `embeddings_dimensions` | titan: 256 (or 512, 1024); openai: the model's own; builtin: 256 only |
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `<issuer>/.well-known/jwks.json` |
@@ -203,8 +203,9 @@ pub struct Resolved {
     pub embeddings_url: Option<String>,
     /// Model at that endpoint.
     pub embeddings_model: Option<String>,
-    /// Vector size requested from embedders that offer several.
-    pub embeddings_dimensions: usize,
+    /// Vector size requested from embedders that offer several (Titan: 256 when unset; an
+    /// OpenAI-compatible model: its own size when unset); the built-in model accepts only 256.
+    pub embeddings_dimensions: Option<usize>,
     /// Listen address.
     pub bind: SocketAddr,
     /// Extra allowed hosts.
@@ -269,7 +270,7 @@ impl Resolved {
             embedder: common.embedder.or(file.embedder).unwrap_or_default(),
             embeddings_url: common.embeddings_url.clone().or(file.embeddings_url),
             embeddings_model: common.embeddings_model.clone().or(file.embeddings_model),
-            embeddings_dimensions: common.embeddings_dimensions.or(file.embeddings_dimensions).unwrap_or(256),
+            embeddings_dimensions: common.embeddings_dimensions.or(file.embeddings_dimensions),
             bind: serve.bind.or(file.bind).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8765))),
             allowed_hosts: if serve.allowed_hosts.is_empty() {
                 file.allowed_hosts

@@ -174,7 +174,15 @@ async fn embedder(cfg: &Resolved) -> Result<Option<Arc<dyn Embedder>>, String> {
     Ok(match cfg.embedder {
         EmbedderKind::None => None,
         EmbedderKind::Builtin => {
-            Some(Arc::new(macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?))
+            let e = macp_core::search::builtin::BuiltinEmbedder::load().map_err(|e| e.to_string())?;
+            if let Some(d) = cfg.embeddings_dimensions.filter(|d| *d != e.dimension()) {
+                return Err(format!(
+                    "--embeddings-dimensions {d}: the built-in model has {} dimensions; the setting \
+                     applies to --embedder openai and titan",
+                    e.dimension()
+                ));
+            }
+            Some(Arc::new(e))
         }
         EmbedderKind::Openai => {
             let (Some(url), Some(model)) = (&cfg.embeddings_url, &cfg.embeddings_model) else {
@@ -184,13 +192,16 @@ async fn embedder(cfg: &Resolved) -> Result<Option<Arc<dyn Embedder>>, String> {
             if let Ok(k) = std::env::var("MACP_EMBEDDINGS_API_KEY") {
                 ob = ob.api_key(k);
             }
+            if let Some(d) = cfg.embeddings_dimensions {
+                ob = ob.dimensions(d);
+            }
             Some(Arc::new(ob.connect().await.map_err(|e| e.to_string())?))
         }
         EmbedderKind::Titan => {
             #[cfg(feature = "aws")]
             {
                 Some(Arc::new(
-                    macp_aws::TitanEmbedder::from_env(cfg.embeddings_dimensions)
+                    macp_aws::TitanEmbedder::from_env(cfg.embeddings_dimensions.unwrap_or(256))
                         .await
                         .map_err(|e| e.to_string())?,
                 ))

@@ -36,6 +36,20 @@ fn an_issuer_without_an_audience_is_refused() {
 }
 
 #[test]
+fn the_builtin_model_refuses_another_dimension_instead_of_ignoring_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = macp()
+        .args(["serve", "--bind", "127.0.0.1:0", "--embeddings-dimensions", "384"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("384") && err.contains("256 dimensions"), "{err}");
+}
+
+#[test]
 fn port_zero_prints_the_full_url_then_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = macp()
