@@ -11,9 +11,10 @@
 use std::sync::Arc;
 
 use macp_core::model::{AgentStatus, EntityType, Evidence, EvidenceKind};
+use macp_core::search::builtin::BuiltinEmbedder;
 use macp_core::service::{
     AddEntity, AddRelationship, CreateRoom, DeclareStatus, GraphQuery, JoinRoom, MergeEntities, PostFinding,
-    TimelineQuery, UpdatesQuery,
+    SearchFindings, TimelineQuery, UpdatesQuery,
 };
 use macp_core::{AgentId, Macp, Principal};
 use macp_local::SqliteStore;
@@ -24,8 +25,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(d) => std::path::PathBuf::from(d),
         None => std::env::temp_dir().join(format!("macp-example-{}", std::process::id())),
     };
-    let store = SqliteStore::open(&dir)?;
-    let macp = Macp::builder().store(Arc::new(store)).build()?;
+    let store = Arc::new(SqliteStore::open(&dir)?);
+    // The built-in embedding model and the store's own vector index give semantic search;
+    // without them search_findings matches words only.
+    let macp = Macp::builder()
+        .store(store.clone())
+        .embedder(Arc::new(BuiltinEmbedder::load()?))
+        .vector_index(store)
+        .build()?;
+    // Indexes any finding whose indexing failed at post time (none here), every 30 s.
+    let _reconciler = macp.start_reconciler(std::time::Duration::from_secs(30));
 
     // Two people, each driving their own agent.
     let alice = Principal::new("alice@example.com")?;
@@ -163,6 +172,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let again = macp.updates(&bob, UpdatesQuery::new(room.room_id, Some(bob_cursor))).await?;
     assert!(again.findings.is_empty(), "nothing is repeated");
+
+    // Search by meaning: none of these words is in the finding it should find first.
+    let hits = macp
+        .search_findings(
+            &bob,
+            SearchFindings {
+                limit: Some(1),
+                ..SearchFindings::new(room.room_id, "database hit its connection ceiling")
+            },
+        )
+        .await?;
+    if let Some(h) = hits.results.first() {
+        println!(
+            "
+search \"database hit its connection ceiling\" → {:.2} {}",
+            h.score, h.finding.content
+        );
+    }
 
     let timeline = macp.timeline(&alice, TimelineQuery::new(room.room_id)).await?;
     println!(
