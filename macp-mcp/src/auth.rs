@@ -6,9 +6,12 @@
 //!   presented, `error="invalid_token"` and a description (RFC 6750); a JSON body says the same.
 //! - Protected-resource metadata at `/.well-known/oauth-protected-resource/mcp` and
 //!   `/.well-known/oauth-protected-resource`.
-//! - Signatures checked against the issuer's JWKS: fetched over HTTP, cached, refreshed when a
-//!   token names an unknown `kid` — at most once per [`AuthConfig::min_refresh`], so a flood of
-//!   made-up kids cannot hammer the issuer — and every [`AuthConfig::max_age`] regardless.
+//! - Signatures checked against the issuer's JWKS (its URL configured, or discovered from
+//!   `<issuer>/.well-known/openid-configuration`): fetched over HTTP, cached, refreshed when a
+//!   token names an unknown `kid` and every [`AuthConfig::max_age`], but never attempted more
+//!   than once per [`AuthConfig::min_refresh`], so neither made-up kids nor an issuer outage make
+//!   every request a fetch. While the issuer is down the last keys stay in use; with no keys at
+//!   all, requests get 503 (retry later), not 401 (which tells clients to drop their token).
 //! - Algorithms: RS256 and ES256 only, and only with a key of the matching type (never `none`,
 //!   never an HMAC algorithm against a public key).
 //! - `iss` exact; audience from a configurable claim (`aud`, or `client_id` for Cognito access
@@ -56,8 +59,9 @@ pub const WRITE_TOOLS: &[&str] = &[
 pub struct AuthConfig {
     /// Expected `iss`.
     pub issuer: String,
-    /// Where the issuer publishes its keys.
-    pub jwks_url: String,
+    /// Where the issuer publishes its keys; `None`: the `jwks_uri` of the issuer's OpenID
+    /// discovery document, else `<issuer>/.well-known/jwks.json` (Cognito's location).
+    pub jwks_url: Option<String>,
     /// Expected audience value.
     pub audience: String,
     /// Claim holding the audience (`aud`; `client_id` for Cognito access tokens).
@@ -102,11 +106,31 @@ impl AuthConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal(pub String);
 
+/// Why a request could not be authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denied {
+    /// The token is not acceptable (401 `invalid_token`).
+    Token(Refusal),
+    /// The issuer's keys cannot be had right now and none are cached (503: retry later, the
+    /// token may be fine).
+    KeysUnavailable(String),
+}
+
+impl From<Refusal> for Denied {
+    fn from(r: Refusal) -> Self {
+        Denied::Token(r)
+    }
+}
+
 #[derive(Debug, Default)]
 struct KeyCache {
     keys: HashMap<String, Jwk>,
+    /// Last successful fetch.
     fetched: Option<Instant>,
-    last_unknown_refresh: Option<Instant>,
+    /// Last fetch attempt, successful or not.
+    attempted: Option<Instant>,
+    /// The JWKS URL found by discovery.
+    discovered: Option<String>,
 }
 
 /// Validates bearer tokens against one issuer.
@@ -132,53 +156,120 @@ impl Verifier {
         &self.cfg
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, Jwk>, Refusal> {
+    /// The JWKS URL: configured, else discovered once from the issuer's OpenID configuration,
+    /// else Cognito's `<issuer>/.well-known/jwks.json`.
+    async fn jwks_url(&self, c: &mut KeyCache) -> String {
+        if let Some(u) = &self.cfg.jwks_url {
+            return u.clone();
+        }
+        if let Some(u) = &c.discovered {
+            return u.clone();
+        }
+        let base = self.cfg.issuer.trim_end_matches('/');
+        let found = async {
+            let doc: Value = self
+                .http
+                .get(format!("{base}/.well-known/openid-configuration"))
+                .send()
+                .await
+                .ok()?
+                .error_for_status()
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            doc["jwks_uri"].as_str().map(str::to_owned)
+        }
+        .await;
+        match found {
+            Some(u) => {
+                tracing::info!(jwks_url = %u, "JWKS location from the issuer's OpenID configuration");
+                c.discovered = Some(u.clone());
+                u
+            }
+            None => format!("{base}/.well-known/jwks.json"),
+        }
+    }
+
+    async fn fetch(&self, c: &mut KeyCache) -> Result<HashMap<String, Jwk>, String> {
+        let url = self.jwks_url(c).await;
         let set: JwkSet = self
             .http
-            .get(&self.cfg.jwks_url)
+            .get(&url)
             .send()
             .await
             .and_then(|r| r.error_for_status())
-            .map_err(|e| Refusal(format!("the issuer's keys could not be fetched: {e}")))?
+            .map_err(|e| format!("the issuer's keys could not be fetched from {url}: {e}"))?
             .json()
             .await
-            .map_err(|e| Refusal(format!("the issuer's key set is not valid JWKS: {e}")))?;
+            .map_err(|e| format!("the issuer's key set at {url} is not valid JWKS: {e}"))?;
         Ok(set.keys.into_iter().filter_map(|k| k.common.key_id.clone().map(|kid| (kid, k))).collect())
     }
 
-    /// The key for `kid`, refreshing the cache when it is stale or (rate-limited) when the kid
-    /// is unknown.
-    async fn key(&self, kid: &str) -> Result<Jwk, Refusal> {
+    /// Refetches the keys unless the last attempt was under `min_refresh` ago. A failed fetch
+    /// keeps the keys already held.
+    async fn refresh(&self, c: &mut KeyCache) -> Result<(), String> {
+        if c.attempted.is_some_and(|t| t.elapsed() < self.cfg.min_refresh) {
+            return Ok(());
+        }
+        c.attempted = Some(Instant::now());
+        match self.fetch(c).await {
+            Ok(keys) => {
+                c.keys = keys;
+                c.fetched = Some(Instant::now());
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, cached_keys = c.keys.len(), "JWKS refresh failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// The key for `kid`, refreshing the cache when it is stale or when the kid is unknown.
+    async fn key(&self, kid: &str) -> Result<Jwk, Denied> {
         let mut c = self.cache.lock().await;
-        let stale = c.fetched.is_none_or(|t| t.elapsed() > self.cfg.max_age);
-        if stale {
-            c.keys = self.fetch().await?;
-            c.fetched = Some(Instant::now());
+        if c.fetched.is_none_or(|t| t.elapsed() > self.cfg.max_age) {
+            let r = self.refresh(&mut c).await;
+            if c.keys.is_empty() {
+                return Err(Denied::KeysUnavailable(
+                    r.err()
+                        .unwrap_or_else(|| "the issuer's keys are not available yet; retry shortly".into()),
+                ));
+            }
         }
         if let Some(k) = c.keys.get(kid) {
             return Ok(k.clone());
         }
-        let may_refresh = c.last_unknown_refresh.is_none_or(|t| t.elapsed() >= self.cfg.min_refresh);
-        if !stale && may_refresh {
-            c.last_unknown_refresh = Some(Instant::now());
-            c.keys = self.fetch().await?;
-            c.fetched = Some(Instant::now());
-            if let Some(k) = c.keys.get(kid) {
-                return Ok(k.clone());
-            }
+        let _ = self.refresh(&mut c).await;
+        if let Some(k) = c.keys.get(kid) {
+            return Ok(k.clone());
         }
-        Err(Refusal(format!("the token is signed with key `{kid}`, which the issuer does not publish")))
+        Err(Refusal(format!(
+            "the token is signed with a key (`kid`) the issuer does not publish: {}",
+            printable(kid)
+        ))
+        .into())
     }
 
     /// Validates a bearer token: the person and whether they may write.
-    pub async fn verify(&self, token: &str) -> Result<Authenticated, Refusal> {
+    pub async fn verify(&self, token: &str) -> Result<Authenticated, Denied> {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|e| Refusal(format!("the token is not a valid JWT: {e}")))?;
         if !matches!(header.alg, Algorithm::RS256 | Algorithm::ES256) {
-            return Err(Refusal(format!("algorithm {:?} is not accepted; use RS256 or ES256", header.alg)));
+            return Err(
+                Refusal(format!("algorithm {:?} is not accepted; use RS256 or ES256", header.alg)).into()
+            );
         }
         let kid = header.kid.ok_or_else(|| Refusal("the token has no `kid` header".into()))?;
         let jwk = self.key(&kid).await?;
+        self.validate(token, header.alg, &kid, &jwk).map_err(Denied::Token)
+    }
+
+    /// Signature and claims, against the issuer's key `jwk`.
+    fn validate(&self, token: &str, alg: Algorithm, kid: &str, jwk: &Jwk) -> Result<Authenticated, Refusal> {
+        let kid = printable(kid);
+        let header = jsonwebtoken::Header { alg, ..Default::default() };
         let key_matches = matches!(
             (&jwk.algorithm, header.alg),
             (AlgorithmParameters::RSA(_), Algorithm::RS256)
@@ -187,8 +278,7 @@ impl Verifier {
         if !key_matches {
             return Err(Refusal(format!("key `{kid}` does not fit algorithm {:?}", header.alg)));
         }
-        let key =
-            DecodingKey::from_jwk(&jwk).map_err(|e| Refusal(format!("key `{kid}` is unusable: {e}")))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| Refusal(format!("key `{kid}` is unusable: {e}")))?;
         let mut v = Validation::new(header.alg);
         v.algorithms = vec![header.alg];
         v.leeway = self.cfg.leeway.as_secs();
@@ -246,6 +336,15 @@ impl Verifier {
     }
 }
 
+/// `s` as it may appear in a header value and a log line: printable ASCII, at most 64 chars.
+fn printable(s: &str) -> String {
+    let mut out: String = s.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(64).collect();
+    if out.len() < s.len() {
+        out.push_str("...");
+    }
+    out
+}
+
 fn quote(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "'")
 }
@@ -263,7 +362,12 @@ fn unauthorized(cfg: &AuthConfig, refusal: Option<&Refusal>) -> Response {
         }
     };
     let mut resp = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&challenge) {
+    // A description that cannot be a header value still leaves the challenge itself.
+    let fallback = || {
+        let error = if refusal.is_some() { ", error=\"invalid_token\"" } else { "" };
+        HeaderValue::from_str(&format!("Bearer resource_metadata=\"{}\"{error}", cfg.metadata_url()))
+    };
+    if let Ok(v) = HeaderValue::from_str(&challenge).or_else(|_| fallback()) {
         resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     resp
@@ -314,17 +418,26 @@ pub async fn require_token(State(v): State<Verifier>, req: Request, next: Next) 
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
-        .map(|t| t.trim().to_owned());
+        .and_then(|h| h.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim().to_owned());
     let Some(token) = token else {
         tracing::info!(reason = "no bearer token", "request refused");
         return unauthorized(&cfg, None);
     };
     let who = match v.verify(&token).await {
         Ok(a) => a,
-        Err(r) => {
+        Err(Denied::Token(r)) => {
             tracing::info!(reason = %r.0, "request refused");
             return unauthorized(&cfg, Some(&r));
+        }
+        Err(Denied::KeysUnavailable(why)) => {
+            tracing::warn!(reason = %why, "request refused: the issuer's keys are unavailable");
+            let body = json!({"error": "temporarily_unavailable", "error_description": format!(
+                "the authorization server's keys cannot be fetched ({why}); the token was not judged, retry later")});
+            let mut resp = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+            resp.headers_mut().insert(header::RETRY_AFTER, cfg.min_refresh.as_secs().max(1).into());
+            return resp;
         }
     };
     let (parts, body) = req.into_parts();

@@ -17,7 +17,7 @@
 //! | `--embeddings-dimensions N` | `MACP_EMBEDDINGS_DIMENSIONS` | `embeddings_dimensions` | titan: 256 (or 512, 1024); openai: the model's own; builtin: 256 only |
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
-//! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `<issuer>/.well-known/jwks.json` |
+//! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
 //! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
 //! | `--auth-audience-claim NAME` | `MACP_AUTH_AUDIENCE_CLAIM` | `auth_audience_claim` | `aud` (`client_id` for Cognito access tokens) |
 //! | `--auth-user-claim NAME` | `MACP_AUTH_USER_CLAIM` | `auth_user_claim` | `sub` |
@@ -225,8 +225,8 @@ pub struct Resolved {
 pub struct AuthSettings {
     /// Issuer.
     pub issuer: String,
-    /// JWKS URL.
-    pub jwks_url: String,
+    /// JWKS URL (`None`: discovered from the issuer).
+    pub jwks_url: Option<String>,
     /// Audience value.
     pub audience: String,
     /// Audience claim.
@@ -288,18 +288,15 @@ impl Resolved {
             auth: match serve.auth_issuer.clone().or(file.auth_issuer) {
                 None => None,
                 Some(issuer) => {
-                    let issuer = issuer.trim_end_matches('/').to_owned();
+                    // Kept exactly as given: `iss` must match it character for character
+                    // (Auth0's ends in `/`, Cognito's does not).
                     let audience = serve.auth_audience.clone().or(file.auth_audience).ok_or_else(|| {
                         "--auth-issuer needs --auth-audience (MACP_AUTH_AUDIENCE): the audience value this \
                          server's tokens carry, e.g. the Cognito app client id"
                             .to_owned()
                     })?;
                     Some(AuthSettings {
-                        jwks_url: serve
-                            .auth_jwks_url
-                            .clone()
-                            .or(file.auth_jwks_url)
-                            .unwrap_or_else(|| format!("{issuer}/.well-known/jwks.json")),
+                        jwks_url: serve.auth_jwks_url.clone().or(file.auth_jwks_url),
                         issuer,
                         audience,
                         audience_claim: serve

@@ -3,13 +3,14 @@
 //! refresh floor, scopes, Cognito-style tokens, the metadata documents, attribution of writes
 //! to the token's user, and logs that never contain a token.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rsa::{KeyPair as RsaKeyPair, KeySize, PublicKeyComponents};
 use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use axum::response::IntoResponse;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -92,31 +93,44 @@ fn sign(key: &Key, claims: &Value) -> String {
     jsonwebtoken::encode(&h, claims, &key.encoding).unwrap()
 }
 
-/// A JWKS endpoint whose key set the test can replace, counting fetches.
+/// An issuer: a JWKS endpoint whose key set the test can replace or take down (503), counting
+/// fetches, and an OpenID discovery document pointing at it.
 struct Jwks {
     url: String,
+    base: String,
     keys: Arc<Mutex<Value>>,
     fetches: Arc<AtomicUsize>,
+    down: Arc<AtomicBool>,
 }
 
 async fn jwks(keys: &[&Key]) -> Jwks {
     let set = Arc::new(Mutex::new(json!({"keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()})));
     let fetches = Arc::new(AtomicUsize::new(0));
-    let (s, f) = (set.clone(), fetches.clone());
-    let app = axum::Router::new().route(
-        "/jwks",
-        axum::routing::get(move || {
-            let (s, f) = (s.clone(), f.clone());
-            async move {
-                f.fetch_add(1, Ordering::SeqCst);
-                axum::Json(s.lock().unwrap().clone())
-            }
-        }),
-    );
+    let down = Arc::new(AtomicBool::new(false));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (s, f, d) = (set.clone(), fetches.clone(), down.clone());
+    let discovery = json!({"issuer": base.clone(), "jwks_uri": format!("{base}/oauth2/keys")});
+    let app = axum::Router::new()
+        .route(
+            "/oauth2/keys",
+            axum::routing::get(move || {
+                let (s, f, d) = (s.clone(), f.clone(), d.clone());
+                async move {
+                    f.fetch_add(1, Ordering::SeqCst);
+                    if d.load(Ordering::SeqCst) {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                    }
+                    axum::Json(s.lock().unwrap().clone()).into_response()
+                }
+            }),
+        )
+        .route(
+            "/.well-known/openid-configuration",
+            axum::routing::get(move || async move { axum::Json(discovery) }),
+        );
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Jwks { url, keys: set, fetches }
+    Jwks { url: format!("{base}/oauth2/keys"), base, keys: set, fetches, down }
 }
 
 struct Server {
@@ -127,7 +141,7 @@ struct Server {
 fn config(jwks_url: &str, base: &str) -> AuthConfig {
     AuthConfig {
         issuer: ISSUER.into(),
-        jwks_url: jwks_url.into(),
+        jwks_url: Some(jwks_url.into()),
         audience: AUDIENCE.into(),
         audience_claim: "aud".into(),
         user_claim: "sub".into(),
@@ -460,4 +474,98 @@ async fn refusals_are_logged_with_the_reason_and_never_the_token() {
         let sig = secret.rsplit('.').next().unwrap();
         assert!(!logs.contains(sig), "a token leaked into the logs");
     }
+}
+
+/// The issuer exactly as configured (a trailing `/` included, as Auth0 writes it), and the JWKS
+/// found through its OpenID discovery document when no JWKS URL is configured (Keycloak and
+/// Okta do not publish at `<issuer>/.well-known/jwks.json`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jwks_is_discovered_and_the_issuer_matches_exactly() {
+    let key = rsa_key("disc-1");
+    let keys = jwks(&[&key]).await;
+    let issuer = format!("{}/", keys.base);
+    let s = serve(|base| {
+        let mut c = config(&keys.url, &base);
+        c.jwks_url = None;
+        c.issuer = issuer.clone();
+        c
+    })
+    .await;
+    let mut c = claims("alice");
+    c["iss"] = json!(issuer);
+    assert_eq!(initialize(&s.base, Some(&sign(&key, &c))).await.0, 200, "discovered keys validate");
+    c["iss"] = json!(keys.base);
+    assert_invalid(
+        initialize(&s.base, Some(&sign(&key, &c))).await,
+        "issuer without its trailing slash",
+        &s.base,
+    );
+}
+
+/// While the issuer is down, the keys already fetched keep working and fetches are attempted at
+/// most once per refresh floor; with no keys at all the answer is 503 with Retry-After (the
+/// token was not judged), never a 401 that would make clients throw valid tokens away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_issuer_outage_keeps_cached_keys_and_never_floods_it() {
+    let key = rsa_key("out-1");
+    let keys = jwks(&[&key]).await;
+    let token = sign(&key, &claims("alice"));
+    let s = serve(|base| {
+        let mut c = config(&keys.url, &base);
+        c.max_age = Duration::from_millis(0); // every request finds the keys stale
+        c
+    })
+    .await;
+    assert_eq!(initialize(&s.base, Some(&token)).await.0, 200);
+    keys.down.store(true, Ordering::SeqCst);
+    let before = keys.fetches.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        assert_eq!(initialize(&s.base, Some(&token)).await.0, 200, "cached keys still serve");
+    }
+    assert_eq!(keys.fetches.load(Ordering::SeqCst) - before, 0, "no refetch inside the refresh floor");
+
+    // A server that never got the keys: 503, and one fetch for twenty requests.
+    let cold = serve(|base| config(&keys.url, &base)).await;
+    let before = keys.fetches.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/mcp", cold.base))
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()["retry-after"], "30");
+        assert!(resp.headers().get("www-authenticate").is_none());
+    }
+    assert_eq!(keys.fetches.load(Ordering::SeqCst) - before, 1, "one attempt per refresh floor");
+    keys.down.store(false, Ordering::SeqCst);
+}
+
+/// The scheme is case-insensitive, and a `kid` that cannot go into a header still yields the
+/// challenge (the description quotes it in printable ASCII).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_schemes_and_kids_still_get_a_proper_answer() {
+    let key = rsa_key("k-1");
+    let keys = jwks(&[&key]).await;
+    let s = serve(|base| config(&keys.url, &base)).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/mcp", s.base))
+        .header("authorization", format!("BEARER {}", sign(&key, &claims("alice"))))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        .to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "BEARER is Bearer");
+    let mut h = Header::new(Algorithm::RS256);
+    h.kid = Some("ключ\u{7}\n".into());
+    let t = jsonwebtoken::encode(&h, &claims("alice"), &key.encoding).unwrap();
+    assert_invalid(initialize(&s.base, Some(&t)).await, "non-ASCII kid", &s.base);
 }
