@@ -43,6 +43,9 @@ impl BlobStore for AwsBackend {
             .key(key)
             .content_type(content_type)
             .content_length(size as i64)
+            // Signed, so the uploader must send it: S3 then refuses (412) a second PUT to a key
+            // that exists, and a registered artifact cannot be replaced through its URL.
+            .if_none_match("*")
             .presigned(ttl(expires_at)?)
             .await
             .map_err(|e| aws_err("s3", "PutObject (presign)", e))?;

@@ -94,6 +94,37 @@ pub async fn artifacts_round_trip_through_presigned_urls(backend: Backend) {
     }
 }
 
+/// Registration checks the stored object against the artifact limits itself, so an object
+/// that got past the URL's bounds (an emulator does not enforce them; the limits were lowered
+/// meanwhile) never enters the record.
+pub async fn registration_refuses_an_object_outside_the_limits(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let Some(t) = f.transfer.clone() else { return eprintln!("skipped: no artifact store") };
+    let body = vec![b'a'; 4096];
+    let ticket =
+        f.macp.request_artifact_upload(&f.alice, request(&f, "big.log", "text/plain", 4096)).await.unwrap();
+    assert_eq!(t.put(&presigned(&ticket), "text/plain", body).await, 200);
+    let (blobs, _) = backend.blobs.clone().expect("blobs");
+    let mut cfg = macp_core::service::ArtifactConfig::default();
+    cfg.max_bytes = 1024;
+    let strict = macp_core::Macp::builder()
+        .store(backend.store.clone())
+        .blob_store(blobs)
+        .artifact_config(cfg)
+        .build()
+        .unwrap();
+    let e = expect_code(strict.register_artifact(&f.alice, register(&f, &ticket.key)).await, "invalid_input");
+    assert_eq!(e.limit(), Some(1024));
+    let listed = strict
+        .list_artifacts(
+            &f.bob,
+            ListArtifacts { room_id: f.room, finding_id: None, entity_id: None, limit: None, cursor: None },
+        )
+        .await
+        .unwrap();
+    assert!(listed.artifacts.is_empty(), "nothing was registered");
+}
+
 /// Registering a key that was requested but never uploaded is `not_found`, and writes nothing.
 pub async fn registering_a_key_never_uploaded_is_not_found(backend: Backend) {
     let f = Fixture::new(&backend).await;

@@ -222,6 +222,7 @@ macro_rules! conformance_tests {
             acknowledged_writes_survive_reopen,
             artifacts_round_trip_through_presigned_urls,
             registering_a_key_never_uploaded_is_not_found,
+            registration_refuses_an_object_outside_the_limits,
             upload_urls_accept_only_their_key_type_size_and_time,
             upload_requests_refuse_limits_and_path_like_names,
             search_finds_a_paraphrase_without_shared_words,

@@ -343,6 +343,24 @@ impl Macp {
                 "upload the file to the upload_url from request_artifact_upload first, then register it",
             )
         })?;
+        // The presigned URL bound type and length; a store that cannot enforce that (an
+        // emulator) must not let an object outside the limits into the record.
+        let cfg = &self.inner.artifacts;
+        let uploaded_type = object.content_type.trim().to_ascii_lowercase();
+        if object.size > cfg.max_bytes || !cfg.allowed_content_types.contains(&uploaded_type) {
+            return Err(Error::InvalidInput {
+                field: "key".into(),
+                message: format!(
+                    "the uploaded object is {} bytes of `{}`, outside the artifact limits ({} bytes; {}); \
+                     it was not registered",
+                    object.size,
+                    object.content_type,
+                    cfg.max_bytes,
+                    cfg.allowed_content_types.join(", ")
+                ),
+                limit: Some(cfg.max_bytes),
+            });
+        }
         let now = self.now();
         let artifact = Artifact {
             room_id: req.room_id,
