@@ -417,6 +417,15 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             cfg.bind
         ));
     }
+    if cfg.auth.is_some() && cfg.bind.ip().is_unspecified() && cfg.public_url.is_none() {
+        // The resource URL clients must present tokens for would be http://0.0.0.0:…/mcp.
+        return Err(format!(
+            "--bind {} with authentication needs --public-url (MACP_PUBLIC_URL): the URL agents reach \
+             this server at, e.g. https://macp.example.com; it names the protected resource in the \
+             OAuth metadata and in presigned artifact URLs",
+            cfg.bind
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(cfg.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;

@@ -36,6 +36,20 @@ fn an_issuer_without_an_audience_is_refused() {
 }
 
 #[test]
+fn auth_on_an_unspecified_address_needs_a_public_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = macp()
+        .args(["serve", "--bind", "0.0.0.0:0", "--embedder", "none"])
+        .args(["--auth-issuer", "https://idp.example.test", "--auth-audience", "macp"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--public-url"));
+}
+
+#[test]
 fn the_builtin_model_refuses_another_dimension_instead_of_ignoring_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = macp()
