@@ -103,6 +103,9 @@ upload did not complete. Cite it in findings as evidence {kind: artifact, ref: <
 pub const LIST_ARTIFACTS: &str = "List the files attached to a room (optionally those linked to one finding or entity), \
 each with its metadata and a short-lived download_url: fetch it with a plain HTTP GET.";
 
+/// The URI under which the server serves SKILL.md as a resource.
+pub const SKILL_URI: &str = "macp://skill";
+
 /// SKILL.md as written in the repository (front matter included).
 pub const SKILL_FILE: &str = include_str!("../../SKILL.md");
 

@@ -25,7 +25,9 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
-    LoggingLevel, PromptMessage, Role, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    ListResourcesResult, LoggingLevel, PaginatedRequestParams, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{
@@ -607,6 +609,42 @@ impl ServerHandler for MacpMcp {
         };
         tracing::info!(tool, user, outcome, ms, "tool call");
         out
+    }
+
+    /// One resource: SKILL.md at `macp://skill`, for clients that read resources rather than
+    /// prompts.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new(docs::SKILL_URI, "macp_skill")
+                .with_title("How to use MACP well (SKILL.md)")
+                .with_description("The iteration loop, the rules, and a worked example of every tool.")
+                .with_mime_type("text/markdown")
+                .with_size(docs::skill().len() as u64),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if request.uri != docs::SKILL_URI {
+            return Err(McpError::resource_not_found(
+                format!("no resource `{}`; this server has {}", request.uri, docs::SKILL_URI),
+                None,
+            ));
+        }
+        Ok(ReadResourceResult::new(vec![ResourceContents::TextResourceContents {
+            uri: docs::SKILL_URI.into(),
+            mime_type: Some("text/markdown".into()),
+            text: docs::skill().into(),
+            meta: None,
+        }])
+        .into())
     }
 
     async fn set_level(

@@ -7,7 +7,10 @@ use macp_core::search::builtin::BuiltinEmbedder;
 use macp_core::search::memory_index::MemoryVectorIndex;
 use macp_core::{Macp, Principal, memory::MemoryStore};
 use macp_mcp::MacpMcp;
-use rmcp::model::{CallToolRequestParams, CallToolResult, GetPromptRequestParams};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, GetPromptRequestParams, ReadResourceRequestParams,
+    ResourceContents,
+};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
@@ -380,6 +383,21 @@ async fn prompts_start_an_agent_in_a_room_and_describe_the_loop() {
     let p = c.get_prompt(GetPromptRequestParams::new("start_in_room").with_arguments(args)).await.unwrap();
     let text = serde_json::to_string(&p.messages).unwrap();
     assert!(text.contains("1234") && text.contains("get_room_context"));
+}
+
+/// SKILL.md is also a resource, for clients that read resources rather than prompts.
+#[tokio::test]
+async fn skill_md_is_served_as_a_resource() {
+    let c = connect(&service(), "alice").await;
+    let listed = c.list_all_resources().await.unwrap();
+    assert_eq!(listed.iter().map(|r| r.uri.as_str()).collect::<Vec<_>>(), ["macp://skill"]);
+    let read = c.read_resource(ReadResourceRequestParams::new("macp://skill")).await.unwrap();
+    let ResourceContents::TextResourceContents { text, mime_type, .. } = &read.contents[0] else {
+        panic!("text contents expected")
+    };
+    assert_eq!(mime_type.as_deref(), Some("text/markdown"));
+    assert_eq!(text, macp_mcp::docs::skill());
+    assert!(c.read_resource(ReadResourceRequestParams::new("macp://nothing")).await.is_err());
 }
 
 /// Words that would name a tool: a verb the tools use, an underscore, a noun (`get_findings`,
