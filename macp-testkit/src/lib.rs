@@ -230,6 +230,7 @@ macro_rules! conformance_tests {
             search_stays_in_its_room_and_honours_filters,
             posts_are_indexed_inline_and_searchable_at_once,
             failed_indexing_loses_nothing_and_reconciles_exactly_once,
+            an_index_write_reported_as_failed_is_not_duplicated,
             pending_findings_are_found_by_their_words,
             a_rooms_first_findings_are_found_by_their_words,
             an_index_built_by_another_model_is_refused_until_reindexed,

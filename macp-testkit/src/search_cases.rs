@@ -66,6 +66,9 @@ pub struct CountingIndex {
     inner: Arc<dyn VectorIndex>,
     /// While true, upserts fail.
     pub failing: AtomicBool,
+    /// While true, upserts are written and then reported as failed (a response lost after the
+    /// write landed).
+    pub fail_after_write: AtomicBool,
     /// Successful upserts per finding.
     pub upserts: Mutex<HashMap<FindingId, usize>>,
 }
@@ -73,7 +76,12 @@ pub struct CountingIndex {
 impl CountingIndex {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn VectorIndex>) -> Self {
-        Self { inner, failing: AtomicBool::new(false), upserts: Mutex::new(HashMap::new()) }
+        Self {
+            inner,
+            failing: AtomicBool::new(false),
+            fail_after_write: AtomicBool::new(false),
+            upserts: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -96,9 +104,14 @@ impl VectorIndex for CountingIndex {
             return Err(Error::backend("index", true, "injected index failure", None));
         }
         self.inner.upsert(records).await?;
-        let mut u = self.upserts.lock().unwrap_or_else(|p| p.into_inner());
-        for r in records {
-            *u.entry(r.finding_id).or_default() += 1;
+        {
+            let mut u = self.upserts.lock().unwrap_or_else(|p| p.into_inner());
+            for r in records {
+                *u.entry(r.finding_id).or_default() += 1;
+            }
+        }
+        if self.fail_after_write.load(Ordering::SeqCst) {
+            return Err(Error::backend("index", true, "injected failure after the write", None));
         }
         Ok(())
     }
@@ -357,6 +370,37 @@ pub async fn failed_indexing_loses_nothing_and_reconciles_exactly_once(backend: 
         assert_eq!(upserts.get(id), Some(&1), "finding {id} indexed exactly once");
     }
     assert_eq!(index.count(r.id).await.unwrap(), CORPUS.len() as u64);
+}
+
+/// An index write that landed but reported failure leaves the finding pending; the reconciler
+/// writes it again, and the index still holds it once (upserts are keyed by finding).
+pub async fn an_index_write_reported_as_failed_is_not_duplicated(backend: Backend) {
+    let Some(inner) = backend.vector_index.clone() else {
+        eprintln!("skipped: backend has no vector index");
+        return;
+    };
+    let index = Arc::new(CountingIndex::new(inner));
+    let macp = searching(&backend, Arc::new(FlakyEmbedder::new()), index.clone());
+    let r = room(&macp).await;
+    index.fail_after_write.store(true, Ordering::SeqCst);
+    let mut ids = Vec::new();
+    for c in &CORPUS[..3] {
+        let p = macp.post_finding(&r.who, PostFinding::new(r.id, r.agent.clone(), *c)).await.unwrap();
+        assert_eq!(p.finding.index_status, IndexStatus::Pending, "the post cannot know the write landed");
+        ids.push(p.finding.finding_id);
+    }
+    index.fail_after_write.store(false, Ordering::SeqCst);
+    assert_eq!(macp.reconcile(100).await.unwrap().indexed, 3);
+    let upserts = index.upserts.lock().unwrap().clone();
+    assert!(ids.iter().all(|id| upserts.get(id) == Some(&2)), "each was written twice: {upserts:?}");
+    assert_eq!(index.count(r.id).await.unwrap(), 3, "and is held once");
+    let res = macp.search_findings(&r.who, SearchFindings::new(r.id, CORPUS[0])).await.unwrap();
+    let mut seen: Vec<FindingId> = res.results.iter().map(|h| h.finding.finding_id).collect();
+    let n = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "no finding appears twice in results");
+    assert_eq!(res.results.first().map(|h| h.finding.finding_id), Some(ids[0]));
 }
 
 /// Without semantic search, findings are still found by their words.
