@@ -307,6 +307,42 @@ impl SqliteStore {
     }
 }
 
+/// An exclusive claim on a data directory, held while it lives (an advisory lock on
+/// `<dir>/macp.lock`, released when dropped or when the process exits, however it exits).
+///
+/// Why: a [`SqliteStore`] keeps each room's keyword and vector indexes in memory and updates
+/// them only on its own writes, so two processes writing one directory would each miss the
+/// other's indexing (`macp reconcile` or `macp reindex` next to a running `macp serve`).
+/// Processes that index take this lock; readers (`macp rooms`, `macp timeline`, `macp backup`)
+/// need not.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+/// Claims `dir` for this process; refuses with `conflict` if another process holds it.
+pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::backend("sqlite", false, format!("cannot create {}: {e}", dir.display()), None)
+    })?;
+    let path = dir.join("macp.lock");
+    let file =
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| {
+            Error::backend("sqlite", false, format!("cannot open {}: {e}", path.display()), None)
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(DataDirLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::conflict(format!(
+            "another macp process (a running `macp serve`?) is using {}; stop it first — a running \
+             server already reconciles pending findings itself",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(Error::backend("sqlite", false, format!("cannot lock {}: {e}", path.display()), None))
+        }
+    }
+}
+
 /// What [`backup`] copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -49,6 +49,41 @@ fn auth_on_an_unspecified_address_needs_a_public_url() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--public-url"));
 }
 
+/// A second process that would index the same data directory is refused while a server holds
+/// it (each keeps its indexes in memory); read-only commands still work.
+#[test]
+fn a_data_directory_is_indexed_by_one_process_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = macp()
+        .args(["serve", "--bind", "127.0.0.1:0", "--embedder", "none"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    for cmd in [&["reconcile"][..], &["serve", "--bind", "127.0.0.1:0"][..]] {
+        let out = macp().args(cmd).arg("--data-dir").arg(dir.path()).output().unwrap();
+        assert!(!out.status.success(), "{cmd:?} must be refused");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("another macp process"), "{cmd:?}: {err}");
+    }
+    let rooms = macp().args(["rooms"]).arg("--data-dir").arg(dir.path()).output().unwrap();
+    assert!(rooms.status.success(), "{}", String::from_utf8_lossy(&rooms.stderr));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out =
+        macp().args(["reconcile", "--embedder", "none"]).arg("--data-dir").arg(dir.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "free again once the server is gone: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn the_builtin_model_refuses_another_dimension_instead_of_ignoring_it() {
     let dir = tempfile::tempdir().unwrap();
