@@ -16,6 +16,8 @@
 //! | `--embeddings-model NAME` | `MACP_EMBEDDINGS_MODEL` | `embeddings_model` | — (openai) |
 //! | `--embeddings-dimensions N` | `MACP_EMBEDDINGS_DIMENSIONS` | `embeddings_dimensions` | titan: 256 (or 512, 1024); openai: the model's own; builtin: 256 only |
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
+//! | `--artifact-max-bytes N` | `MACP_ARTIFACT_MAX_BYTES` | `artifact_max_bytes` | 26214400 (25 MiB) |
+//! | `--artifact-type TYPE` (repeatable) | `MACP_ARTIFACT_TYPES` (comma-separated) | `artifact_types` | text, CSV, Markdown, JSON, NDJSON, PDF, PNG, JPEG, GIF, WebP, gzip, zip |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
 //! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
@@ -106,6 +108,12 @@ pub struct ServeArgs {
     /// Seconds between reconciler passes that index findings left pending.
     #[arg(long, env = "MACP_RECONCILE_INTERVAL")]
     pub reconcile_interval: Option<u64>,
+    /// Largest artifact upload accepted, in bytes.
+    #[arg(long, env = "MACP_ARTIFACT_MAX_BYTES")]
+    pub artifact_max_bytes: Option<u64>,
+    /// Content types artifacts may have (repeatable; replaces the default list).
+    #[arg(long = "artifact-type", env = "MACP_ARTIFACT_TYPES", value_delimiter = ',')]
+    pub artifact_types: Vec<String>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -162,6 +170,11 @@ pub struct FileConfig {
     pub embeddings_dimensions: Option<usize>,
     /// See `--reconcile-interval`.
     pub reconcile_interval: Option<u64>,
+    /// See `--artifact-max-bytes`.
+    pub artifact_max_bytes: Option<u64>,
+    /// See `--artifact-type`.
+    #[serde(default)]
+    pub artifact_types: Vec<String>,
     /// See `--auth-issuer`.
     pub auth_issuer: Option<String>,
     /// See `--auth-jwks-url`.
@@ -216,6 +229,8 @@ pub struct Resolved {
     pub local_user: String,
     /// Reconciler period in seconds.
     pub reconcile_interval: u64,
+    /// Artifact limits.
+    pub artifacts: macp_core::service::ArtifactConfig,
     /// OAuth settings when an issuer is configured (public URL still to be applied).
     pub auth: Option<AuthSettings>,
 }
@@ -285,6 +300,32 @@ impl Resolved {
                 .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
                 .unwrap_or_else(|| "local".to_owned()),
             reconcile_interval: serve.reconcile_interval.or(file.reconcile_interval).unwrap_or(30).max(1),
+            artifacts: {
+                let mut a = macp_core::service::ArtifactConfig::default();
+                if let Some(n) = serve.artifact_max_bytes.or(file.artifact_max_bytes) {
+                    if n == 0 {
+                        return Err("--artifact-max-bytes must be at least 1".into());
+                    }
+                    a.max_bytes = n;
+                }
+                let types = if serve.artifact_types.is_empty() {
+                    file.artifact_types
+                } else {
+                    serve.artifact_types.clone()
+                };
+                if !types.is_empty() {
+                    let mut t: Vec<String> = types.iter().map(|t| t.trim().to_ascii_lowercase()).collect();
+                    if let Some(bad) =
+                        t.iter().find(|t| t.split_once('/').is_none_or(|(a, b)| a.is_empty() || b.is_empty()))
+                    {
+                        return Err(format!("--artifact-type `{bad}` is not a content type like text/plain"));
+                    }
+                    t.sort();
+                    t.dedup();
+                    a.allowed_content_types = t;
+                }
+                a
+            },
             auth: match serve.auth_issuer.clone().or(file.auth_issuer) {
                 None => None,
                 Some(issuer) => {

@@ -135,7 +135,7 @@ fn claim(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> {
 }
 
 async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
-    let mut b = Macp::builder();
+    let mut b = Macp::builder().artifact_config(cfg.artifacts.clone());
     let mut local_artifacts = None;
     let vectors: Arc<dyn VectorIndex> = match cfg.backend {
         BackendKind::Local => {

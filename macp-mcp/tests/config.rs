@@ -1,0 +1,40 @@
+//! Configuration resolution: flag beats file beats default, for the settings whose effect is not
+//! visible at start (artifact limits).
+
+use macp_mcp::config::{CommonArgs, Resolved, ServeArgs};
+
+fn with_file(toml: &str) -> (tempfile::TempDir, CommonArgs) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("macp.toml");
+    std::fs::write(&path, toml).unwrap();
+    let common =
+        CommonArgs { config: Some(path), data_dir: Some(dir.path().to_owned()), ..CommonArgs::default() };
+    (dir, common)
+}
+
+#[test]
+fn artifact_limits_come_from_flags_then_the_file_then_the_defaults() {
+    let defaults = Resolved::new(&with_file("").1, &ServeArgs::default()).unwrap().artifacts;
+    assert_eq!(defaults, macp_core::service::ArtifactConfig::default());
+
+    let (_d, common) =
+        with_file("artifact_max_bytes = 1048576\nartifact_types = [\"text/plain\", \"Image/PNG\"]\n");
+    let from_file = Resolved::new(&common, &ServeArgs::default()).unwrap().artifacts;
+    assert_eq!(from_file.max_bytes, 1_048_576);
+    assert_eq!(from_file.allowed_content_types, ["image/png", "text/plain"]);
+
+    let flags = ServeArgs {
+        artifact_max_bytes: Some(4096),
+        artifact_types: vec!["application/json".into()],
+        ..ServeArgs::default()
+    };
+    let from_flags = Resolved::new(&common, &flags).unwrap().artifacts;
+    assert_eq!(
+        (from_flags.max_bytes, from_flags.allowed_content_types),
+        (4096, vec!["application/json".to_owned()])
+    );
+
+    let bad = ServeArgs { artifact_types: vec!["png".into()], ..ServeArgs::default() };
+    let e = Resolved::new(&common, &bad).unwrap_err();
+    assert!(e.contains("`png`"), "{e}");
+}
