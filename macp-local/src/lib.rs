@@ -145,7 +145,7 @@ impl SqliteStoreBuilder {
                 "SqliteStore needs a data directory: call .data_dir(path) or set MACP_DATA_DIR",
             )
         })?;
-        std::fs::create_dir_all(&dir).map_err(|e| {
+        create_private_dir(&dir).map_err(|e| {
             Error::backend(
                 "sqlite",
                 false,
@@ -343,6 +343,25 @@ pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock> {
     }
 }
 
+/// Creates `dir` (and missing parents). A directory this creates is readable by its owner only
+/// (0700 on Unix): it holds the whole record, artifacts and the URL signing key. An existing
+/// directory keeps its permissions.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut b = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    match b.create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }
+}
+
 /// What [`backup`] copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -369,7 +388,7 @@ pub async fn backup(store: &SqliteStore, dest: &Path) -> Result<BackupReport> {
             format!("{} is not empty; a backup never overwrites, pick a new directory", dest.display()),
         ));
     }
-    std::fs::create_dir_all(dest).map_err(|e| {
+    create_private_dir(dest).map_err(|e| {
         Error::backend("sqlite", false, format!("cannot create {}: {e}", dest.display()), None)
     })?;
     let database_bytes = store.backup_database(&dest.join(DB_FILE)).await?;

@@ -91,3 +91,19 @@ async fn a_backup_never_overwrites() {
     let e = store.backup_database(&dest.join("keep.txt")).await.unwrap_err();
     assert_eq!(e.code(), "invalid_input");
 }
+
+/// A data directory or backup the store creates is its owner's only: it holds the whole record,
+/// the artifacts and the URL signing key.
+#[cfg(unix)]
+#[tokio::test]
+async fn directories_it_creates_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("nested").join("data");
+    let store = SqliteStore::open(&data).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    let dest = root.path().join("backup-1");
+    macp_local::backup(&store, &dest).await.unwrap();
+    assert_eq!(mode(&dest), 0o700);
+}
