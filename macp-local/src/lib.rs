@@ -322,7 +322,7 @@ pub struct DataDirLock {
 
 /// Claims `dir` for this process; refuses with `conflict` if another process holds it.
 pub fn lock_data_dir(dir: &Path) -> Result<DataDirLock> {
-    std::fs::create_dir_all(dir).map_err(|e| {
+    create_private_dir(dir).map_err(|e| {
         Error::backend("sqlite", false, format!("cannot create {}: {e}", dir.display()), None)
     })?;
     let path = dir.join("macp.lock");
