@@ -647,6 +647,9 @@ impl ServerHandler for MacpMcp {
         .into())
     }
 
+    /// Accepted and remembered, but the server sends no `notifications/message`: what it logs
+    /// (one line per tool call) goes to the operator's JSON log, and MCP logging is deprecated
+    /// (SEP-2577). Agents learn everything they need from tool results and errors.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,

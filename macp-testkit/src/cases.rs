@@ -1553,7 +1553,7 @@ pub async fn room_context_is_bounded_in_a_large_room(backend: Backend) {
     let mut tight_caps = macp_core::ContextCaps::default();
     tight_caps.budget_bytes = 4096;
     let refused = Macp::builder().store(backend.store.clone()).context_caps(tight_caps.clone()).build();
-    let err = refused.err().expect("a 4 KiB budget cannot hold a 4 KiB objective");
+    let err = refused.expect_err("a 4 KiB budget cannot hold a 4 KiB objective");
     assert_eq!((err.code(), err.limit()), ("invalid_input", Some(12_736)), "{err}");
     let tight = Macp::builder()
         .store(backend.store.clone())
