@@ -132,6 +132,56 @@ impl UrlSigner {
         URL_SAFE_NO_PAD.encode(self.mac(t).finalize().into_bytes())
     }
 
+    /// A signed upload request for `key`, bound to `content_type` and exactly `size` bytes;
+    /// `url` turns the signed query string into the store's URL.
+    pub fn presign_put(
+        &self,
+        key: &str,
+        content_type: &str,
+        size: u64,
+        expires_at: Timestamp,
+        url: impl FnOnce(&str) -> String,
+    ) -> PresignedRequest {
+        let t = SignedTarget {
+            method: "PUT",
+            key,
+            content_type,
+            length: size,
+            expires: expires_at.as_millis() / 1000,
+        };
+        PresignedRequest {
+            url: url(&signed_query(self, &t)),
+            method: "PUT".into(),
+            headers: BTreeMap::from([
+                ("Content-Type".to_owned(), content_type.to_owned()),
+                ("Content-Length".to_owned(), size.to_string()),
+            ]),
+            expires_at,
+        }
+    }
+
+    /// A signed download request for `key`; `url` as for [`presign_put`](Self::presign_put).
+    pub fn presign_get(
+        &self,
+        key: &str,
+        expires_at: Timestamp,
+        url: impl FnOnce(&str) -> String,
+    ) -> PresignedRequest {
+        let t = SignedTarget {
+            method: "GET",
+            key,
+            content_type: "",
+            length: 0,
+            expires: expires_at.as_millis() / 1000,
+        };
+        PresignedRequest {
+            url: url(&signed_query(self, &t)),
+            method: "GET".into(),
+            headers: BTreeMap::new(),
+            expires_at,
+        }
+    }
+
     /// Checks `sig` for `t` (constant time) and that `t` has not expired at `now_secs`.
     pub fn verify(
         &self,
@@ -336,39 +386,13 @@ mod memory {
             size: u64,
             expires_at: Timestamp,
         ) -> Result<PresignedRequest> {
-            let t = SignedTarget {
-                method: "PUT",
-                key,
-                content_type,
-                length: size,
-                expires: expires_at.as_millis() / 1000,
-            };
-            let headers = BTreeMap::from([
-                ("Content-Type".to_owned(), content_type.to_owned()),
-                ("Content-Length".to_owned(), size.to_string()),
-            ]);
-            Ok(PresignedRequest {
-                url: format!("memory://{}?{}", encode_query(key), signed_query(&self.signer, &t)),
-                method: "PUT".into(),
-                headers,
-                expires_at,
-            })
+            Ok(self.signer.presign_put(key, content_type, size, expires_at, |q| {
+                format!("memory://{}?{q}", encode_query(key))
+            }))
         }
 
         async fn presign_get(&self, key: &str, expires_at: Timestamp) -> Result<PresignedRequest> {
-            let t = SignedTarget {
-                method: "GET",
-                key,
-                content_type: "",
-                length: 0,
-                expires: expires_at.as_millis() / 1000,
-            };
-            Ok(PresignedRequest {
-                url: format!("memory://{}?{}", encode_query(key), signed_query(&self.signer, &t)),
-                method: "GET".into(),
-                headers: BTreeMap::new(),
-                expires_at,
-            })
+            Ok(self.signer.presign_get(key, expires_at, |q| format!("memory://{}?{q}", encode_query(key))))
         }
 
         async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {

@@ -9,13 +9,12 @@
 //! counted, synced, and only then renamed into place, so an interrupted or oversized upload
 //! leaves nothing behind, and a key is never overwritten. A refused request writes nothing.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use macp_core::blob::{
     BlobStore, ObjectMeta, PresignedRequest, SignedTarget, UrlRefusal, UrlSigner, encode_query,
-    parse_signed_query, signed_query,
+    parse_signed_query,
 };
 use macp_core::{Error, Result, Timestamp};
 use tokio::io::AsyncWriteExt;
@@ -307,38 +306,11 @@ impl BlobStore for LocalBlobStore {
         size: u64,
         expires_at: Timestamp,
     ) -> Result<PresignedRequest> {
-        let t = SignedTarget {
-            method: "PUT",
-            key,
-            content_type,
-            length: size,
-            expires: expires_at.as_millis() / 1000,
-        };
-        Ok(PresignedRequest {
-            url: self.url(key, &signed_query(&self.signer, &t)),
-            method: "PUT".into(),
-            headers: BTreeMap::from([
-                ("Content-Type".to_owned(), content_type.to_owned()),
-                ("Content-Length".to_owned(), size.to_string()),
-            ]),
-            expires_at,
-        })
+        Ok(self.signer.presign_put(key, content_type, size, expires_at, |q| self.url(key, q)))
     }
 
     async fn presign_get(&self, key: &str, expires_at: Timestamp) -> Result<PresignedRequest> {
-        let t = SignedTarget {
-            method: "GET",
-            key,
-            content_type: "",
-            length: 0,
-            expires: expires_at.as_millis() / 1000,
-        };
-        Ok(PresignedRequest {
-            url: self.url(key, &signed_query(&self.signer, &t)),
-            method: "GET".into(),
-            headers: BTreeMap::new(),
-            expires_at,
-        })
+        Ok(self.signer.presign_get(key, expires_at, |q| self.url(key, q)))
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
