@@ -108,6 +108,11 @@ enum Tx {
     Cancelled(Vec<Option<String>>),
 }
 
+/// Whether item `i` of a cancelled transaction failed its condition.
+fn check_failed(reasons: &[Option<String>], i: usize) -> bool {
+    reasons.get(i).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"))
+}
+
 impl AwsBackend {
     async fn transact(&self, items: Vec<TransactWriteItem>, what: &str) -> Result<Tx> {
         match self.ddb.transact_write_items().set_transact_items(Some(items)).send().await {
@@ -635,9 +640,7 @@ impl FindingStore for AwsBackend {
                     return Ok(Write::Applied(stored));
                 }
                 Tx::Cancelled(reasons) => {
-                    if claim.is_some()
-                        && reasons.get(2).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"))
-                    {
+                    if claim.is_some() && check_failed(&reasons, 2) {
                         return Ok(Write::Replayed(self.require_claim(f.room_id, claim).await?));
                     }
                     // Another writer took `seq` (or a transaction conflicted): read again.
@@ -942,8 +945,7 @@ impl EntityStore for AwsBackend {
         match self.transact(items, "TransactWriteItems (create entity)").await? {
             Tx::Done => Ok(CreateEntity::Created(entity.clone())),
             Tx::Cancelled(reasons) => {
-                let failed =
-                    |i: usize| reasons.get(i).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"));
+                let failed = |i: usize| check_failed(&reasons, i);
                 let n_ids = entity.identifiers.len();
                 if claim.is_some() && failed(1 + n_ids) {
                     return Ok(CreateEntity::Replayed(self.require_claim(room, claim).await?));
@@ -1005,10 +1007,7 @@ impl EntityStore for AwsBackend {
             match self.transact(items, "TransactWriteItems (attach)").await? {
                 Tx::Done => return Ok(AttachEntity::Attached { entity: e, claimed_elsewhere }),
                 Tx::Cancelled(reasons) => {
-                    let last = reasons.len().saturating_sub(1);
-                    if claim.is_some()
-                        && reasons.get(last).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"))
-                    {
+                    if claim.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
                         return Ok(AttachEntity::Replayed(self.require_claim(room_id, claim).await?));
                     }
                     backoff(attempt).await;
@@ -1174,10 +1173,7 @@ impl EntityStore for AwsBackend {
             match self.transact(items, "TransactWriteItems (relationship)").await? {
                 Tx::Done => return Ok(Write::Applied((stored, created))),
                 Tx::Cancelled(reasons) => {
-                    let last = reasons.len().saturating_sub(1);
-                    if claim.is_some()
-                        && reasons.get(last).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"))
-                    {
+                    if claim.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
                         return Ok(Write::Replayed(self.require_claim(room, claim).await?));
                     }
                     backoff(attempt).await;
@@ -1340,8 +1336,7 @@ impl ArtifactStore for AwsBackend {
         match self.transact(items, "TransactWriteItems (artifact)").await? {
             Tx::Done => Ok(Write::Applied(a.clone())),
             Tx::Cancelled(reasons) => {
-                let failed =
-                    |i: usize| reasons.get(i).is_some_and(|r| r.as_deref() == Some("ConditionalCheckFailed"));
+                let failed = |i: usize| check_failed(&reasons, i);
                 if claim.is_some() && failed(2) {
                     return Ok(Write::Replayed(self.require_claim(room, claim).await?));
                 }
