@@ -231,48 +231,9 @@ pub struct Resolved {
     pub reconcile_interval: u64,
     /// Artifact limits.
     pub artifacts: macp_core::service::ArtifactConfig,
-    /// OAuth settings when an issuer is configured (public URL still to be applied).
-    pub auth: Option<AuthSettings>,
-}
-
-/// OAuth settings as configured.
-#[derive(Debug, Clone)]
-pub struct AuthSettings {
-    /// Issuer.
-    pub issuer: String,
-    /// JWKS URL (`None`: discovered from the issuer).
-    pub jwks_url: Option<String>,
-    /// Audience value.
-    pub audience: String,
-    /// Audience claim.
-    pub audience_claim: String,
-    /// User claim.
-    pub user_claim: String,
-    /// Read scope.
-    pub read_scope: Option<String>,
-    /// Write scope.
-    pub write_scope: Option<String>,
-    /// Leeway in seconds.
-    pub leeway: u64,
-}
-
-impl AuthSettings {
-    /// The verifier configuration for the MCP endpoint at `resource`.
-    pub fn config(&self, resource: String) -> crate::auth::AuthConfig {
-        crate::auth::AuthConfig {
-            issuer: self.issuer.clone(),
-            jwks_url: self.jwks_url.clone(),
-            audience: self.audience.clone(),
-            audience_claim: self.audience_claim.clone(),
-            user_claim: self.user_claim.clone(),
-            read_scope: self.read_scope.clone(),
-            write_scope: self.write_scope.clone(),
-            leeway: std::time::Duration::from_secs(self.leeway),
-            min_refresh: std::time::Duration::from_secs(30),
-            max_age: std::time::Duration::from_secs(3600),
-            resource,
-        }
-    }
+    /// OAuth settings when an issuer is configured; `resource` is empty until `macp serve`
+    /// knows its public URL.
+    pub auth: Option<crate::auth::AuthConfig>,
 }
 
 impl Resolved {
@@ -336,7 +297,7 @@ impl Resolved {
                          server's tokens carry, e.g. the Cognito app client id"
                             .to_owned()
                     })?;
-                    Some(AuthSettings {
+                    Some(crate::auth::AuthConfig {
                         jwks_url: serve.auth_jwks_url.clone().or(file.auth_jwks_url),
                         issuer,
                         audience,
@@ -352,7 +313,12 @@ impl Resolved {
                             .unwrap_or_else(|| "sub".into()),
                         read_scope: serve.auth_read_scope.clone().or(file.auth_read_scope),
                         write_scope: serve.auth_write_scope.clone().or(file.auth_write_scope),
-                        leeway: serve.auth_leeway.or(file.auth_leeway).unwrap_or(30),
+                        leeway: std::time::Duration::from_secs(
+                            serve.auth_leeway.or(file.auth_leeway).unwrap_or(30),
+                        ),
+                        min_refresh: std::time::Duration::from_secs(30),
+                        max_age: std::time::Duration::from_secs(3600),
+                        resource: String::new(),
                     })
                 }
             },

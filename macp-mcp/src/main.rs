@@ -18,7 +18,7 @@ use macp_core::{Macp, Principal, RoomId};
 use macp_local::SqliteStore;
 use macp_local::blobs::LocalBlobStore;
 use macp_mcp::MacpMcp;
-use macp_mcp::auth::Verifier;
+use macp_mcp::auth::{AuthConfig, Verifier};
 use macp_mcp::config::{BackendKind, CommonArgs, EmbedderKind, Resolved, ServeArgs};
 use macp_mcp::http::{HttpOptions, router, router_with_auth};
 use rmcp::ServiceExt;
@@ -456,7 +456,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let app = match &cfg.auth {
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {
-            let verifier = Verifier::new(a.config(format!("{public}/mcp")))?;
+            let verifier = Verifier::new(AuthConfig { resource: format!("{public}/mcp"), ..a.clone() })?;
             router_with_auth(macp, verifier, &opts, ct.child_token())
         }
     };
