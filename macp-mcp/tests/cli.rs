@@ -8,45 +8,56 @@ fn macp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_macp"))
 }
 
+/// Runs `macp ARGS --data-dir <fresh dir>`, which must fail; its stderr.
+fn refused_at_start(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = macp().args(args).arg("--data-dir").arg(dir.path()).output().unwrap();
+    assert!(!out.status.success(), "{args:?} should be refused");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Starts `macp serve` on a free loopback port over `dir`; the child and its first stdout line.
+fn serving(dir: &std::path::Path) -> (std::process::Child, String) {
+    let mut child = macp()
+        .args(["serve", "--bind", "127.0.0.1:0", "--embedder", "none"])
+        .arg("--data-dir")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    (child, first)
+}
+
 #[test]
 fn a_non_loopback_bind_without_auth_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = macp()
-        .args(["serve", "--bind", "0.0.0.0:0", "--embedder", "none"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_at_start(&["serve", "--bind", "0.0.0.0:0", "--embedder", "none"]);
     assert!(err.contains("without authentication") && err.contains("--auth-issuer"), "{err}");
 }
 
 #[test]
 fn an_issuer_without_an_audience_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = macp()
-        .args(["serve", "--bind", "127.0.0.1:0", "--auth-issuer", "https://idp.example.test"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--auth-audience"));
+    let err =
+        refused_at_start(&["serve", "--bind", "127.0.0.1:0", "--auth-issuer", "https://idp.example.test"]);
+    assert!(err.contains("--auth-audience"), "{err}");
 }
 
 #[test]
 fn auth_on_an_unspecified_address_needs_a_public_url() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = macp()
-        .args(["serve", "--bind", "0.0.0.0:0", "--embedder", "none"])
-        .args(["--auth-issuer", "https://idp.example.test", "--auth-audience", "macp"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--public-url"));
+    let err = refused_at_start(&[
+        "serve",
+        "--bind",
+        "0.0.0.0:0",
+        "--embedder",
+        "none",
+        "--auth-issuer",
+        "https://idp.example.test",
+        "--auth-audience",
+        "macp",
+    ]);
+    assert!(err.contains("--public-url"), "{err}");
 }
 
 /// A second process that would index the same data directory is refused while a server holds
@@ -54,16 +65,7 @@ fn auth_on_an_unspecified_address_needs_a_public_url() {
 #[test]
 fn a_data_directory_is_indexed_by_one_process_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = macp()
-        .args(["serve", "--bind", "127.0.0.1:0", "--embedder", "none"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let (mut server, line) = serving(dir.path());
     assert!(line.contains("listening on"), "{line}");
     for cmd in [&["reconcile"][..], &["serve", "--bind", "127.0.0.1:0"][..]] {
         let out = macp().args(cmd).arg("--data-dir").arg(dir.path()).output().unwrap();
@@ -86,31 +88,14 @@ fn a_data_directory_is_indexed_by_one_process_at_a_time() {
 
 #[test]
 fn the_builtin_model_refuses_another_dimension_instead_of_ignoring_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = macp()
-        .args(["serve", "--bind", "127.0.0.1:0", "--embeddings-dimensions", "384"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_at_start(&["serve", "--bind", "127.0.0.1:0", "--embeddings-dimensions", "384"]);
     assert!(err.contains("384") && err.contains("256 dimensions"), "{err}");
 }
 
 #[test]
 fn port_zero_prints_the_full_url_then_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = macp()
-        .args(["serve", "--bind", "127.0.0.1:0", "--embedder", "none"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let (mut child, first) = serving(dir.path());
     assert!(
         first.starts_with("listening on http://127.0.0.1:") && first.trim_end().ends_with("/mcp"),
         "{first}"
