@@ -246,7 +246,7 @@ impl VectorIndex for AwsBackend {
             .iter()
             .map(|v| Ok(VectorHit { finding_id: v.key().parse()?, score: 1.0 - v.distance().unwrap_or(1.0) }))
             .collect::<Result<Vec<_>>>()?;
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id)));
+        hits.sort_by(VectorHit::rank);
         Ok(hits)
     }
 

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use macp_core::search::{IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, model_mismatch};
+use macp_core::search::{
+    IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, model_mismatch, top_k,
+};
 use macp_core::{AgentId, Error, FindingId, Result, RoomId};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -74,10 +76,7 @@ impl RoomVectors {
     fn top_k(&self, query: &[f32], k: usize, filter: &VectorFilter) -> Vec<VectorHit> {
         let (q, qs) = quantize(query);
         let n = self.ids.len();
-        let keep = |i: usize| {
-            (filter.tags_any.is_empty() || self.tags[i].iter().any(|t| filter.tags_any.contains(t)))
-                && filter.agent_id.as_ref().is_none_or(|a| &self.agents[i] == a)
-        };
+        let keep = |i: usize| filter.matches(&self.tags[i], &self.agents[i]);
         let scan = |range: std::ops::Range<usize>| scan_rows(self, &q, qs, range, &keep);
         let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(4);
         let mut scored = if n >= 20_000 && threads > 1 {
@@ -93,12 +92,7 @@ impl RoomVectors {
         };
         let better =
             |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then(self.ids[a.1].cmp(&self.ids[b.1]));
-        if scored.len() > k && k > 0 {
-            scored.select_nth_unstable_by(k - 1, better);
-            scored.truncate(k);
-        }
-        scored.sort_by(better);
-        scored.truncate(k);
+        top_k(&mut scored, k, better);
         scored.into_iter().map(|(score, i)| VectorHit { finding_id: self.ids[i], score }).collect()
     }
 }

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::{bm25_idf, keyword_terms};
+use super::{bm25_idf, keyword_terms, top_k};
 use crate::ids::FindingId;
 use crate::store::{KeywordHit, KeywordSearch};
 
@@ -109,12 +109,7 @@ impl KeywordIndex {
         }
         let mut ranked: Vec<(u32, f64)> = scores.into_iter().collect();
         let better = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if ranked.len() > limit && limit > 0 {
-            ranked.select_nth_unstable_by(limit - 1, better);
-            ranked.truncate(limit);
-        }
-        ranked.sort_by(better);
-        ranked.truncate(limit);
+        top_k(&mut ranked, limit, better);
         let hits = ranked
             .into_iter()
             .map(|(doc, score)| KeywordHit { finding_id: self.ids[doc as usize], score })

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
-use super::{IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, dot, model_mismatch};
+use super::{IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, dot, model_mismatch, top_k};
 use crate::error::{Error, Result};
 use crate::ids::{FindingId, RoomId};
 
@@ -97,12 +97,10 @@ impl VectorIndex for MemoryVectorIndex {
         let Some(room) = s.rooms.get(&room_id) else { return Ok(Vec::new()) };
         let mut hits: Vec<VectorHit> = room
             .values()
-            .filter(|r| filter.tags_any.is_empty() || r.tags.iter().any(|t| filter.tags_any.contains(t)))
-            .filter(|r| filter.agent_id.as_ref().is_none_or(|a| &r.agent_id == a))
+            .filter(|r| filter.matches(&r.tags, &r.agent_id))
             .map(|r| VectorHit { finding_id: r.finding_id, score: dot(&r.vector, vector) })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id)));
-        hits.truncate(k);
+        top_k(&mut hits, k, VectorHit::rank);
         Ok(hits)
     }
 

@@ -85,6 +85,14 @@ pub struct VectorFilter {
     pub agent_id: Option<AgentId>,
 }
 
+impl VectorFilter {
+    /// Whether a record with `tags` by `agent` passes.
+    pub fn matches(&self, tags: &[String], agent: &AgentId) -> bool {
+        (self.tags_any.is_empty() || tags.iter().any(|t| self.tags_any.contains(t)))
+            && self.agent_id.as_ref().is_none_or(|a| a == agent)
+    }
+}
+
 /// One query result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VectorHit {
@@ -92,6 +100,13 @@ pub struct VectorHit {
     pub finding_id: FindingId,
     /// Cosine similarity, higher is closer.
     pub score: f32,
+}
+
+impl VectorHit {
+    /// Result order: higher score first, ties by finding id (so equal scores rank stably).
+    pub fn rank(a: &Self, b: &Self) -> std::cmp::Ordering {
+        b.score.total_cmp(&a.score).then(a.finding_id.cmp(&b.finding_id))
+    }
 }
 
 /// Stores finding vectors and answers nearest-neighbour queries within a room.
@@ -174,6 +189,16 @@ pub fn normalize(v: &mut [f32]) {
             *x /= n;
         }
     }
+}
+
+/// Keeps the `k` best of `items` under `better` (an ordering, best first), sorted: a partial
+/// selection, then a sort of only what is kept.
+pub fn top_k<T>(items: &mut Vec<T>, k: usize, better: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if items.len() > k && k > 0 {
+        items.select_nth_unstable_by(k - 1, &better);
+    }
+    items.truncate(k);
+    items.sort_by(better);
 }
 
 /// Dot product.
