@@ -275,15 +275,7 @@ impl Resolved {
                     serve.artifact_types.clone()
                 };
                 if !types.is_empty() {
-                    let mut t: Vec<String> = types.iter().map(|t| t.trim().to_ascii_lowercase()).collect();
-                    if let Some(bad) =
-                        t.iter().find(|t| t.split_once('/').is_none_or(|(a, b)| a.is_empty() || b.is_empty()))
-                    {
-                        return Err(format!("--artifact-type `{bad}` is not a content type like text/plain"));
-                    }
-                    t.sort();
-                    t.dedup();
-                    a.allowed_content_types = t;
+                    a = a.with_content_types(&types).map_err(|e| format!("--artifact-type: {e}"))?;
                 }
                 a
             },

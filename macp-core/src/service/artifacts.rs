@@ -110,6 +110,31 @@ pub struct ArtifactConfig {
     pub download_ttl: std::time::Duration,
 }
 
+/// A content type as compared with the allowed list: trimmed, lowercase.
+fn normalize_content_type(t: &str) -> String {
+    t.trim().to_ascii_lowercase()
+}
+
+impl ArtifactConfig {
+    /// Replaces the allowed content types: normalised (trimmed, lowercase), deduplicated, each
+    /// `type/subtype`; `invalid_input` names the first that is not.
+    pub fn with_content_types<S: AsRef<str>>(mut self, types: impl IntoIterator<Item = S>) -> Result<Self> {
+        let mut t: Vec<String> = types.into_iter().map(|t| normalize_content_type(t.as_ref())).collect();
+        if let Some(bad) =
+            t.iter().find(|t| t.split_once('/').is_none_or(|(a, b)| a.is_empty() || b.is_empty()))
+        {
+            return Err(Error::invalid(
+                "allowed_content_types",
+                format!("`{bad}` is not a content type like text/plain"),
+            ));
+        }
+        t.sort();
+        t.dedup();
+        self.allowed_content_types = t;
+        Ok(self)
+    }
+}
+
 impl Default for ArtifactConfig {
     fn default() -> Self {
         Self {
@@ -254,7 +279,7 @@ impl Macp {
         let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
         let blobs = self.blobs()?;
         check_filename(&req.filename)?;
-        let content_type = req.content_type.trim().to_ascii_lowercase();
+        let content_type = normalize_content_type(&req.content_type);
         if !cfg.allowed_content_types.contains(&content_type) {
             return Err(Error::invalid(
                 "content_type",
@@ -346,7 +371,7 @@ impl Macp {
         // The presigned URL bound type and length; a store that cannot enforce that (an
         // emulator) must not let an object outside the limits into the record.
         let cfg = &self.inner.artifacts;
-        let uploaded_type = object.content_type.trim().to_ascii_lowercase();
+        let uploaded_type = normalize_content_type(&object.content_type);
         if object.size > cfg.max_bytes || !cfg.allowed_content_types.contains(&uploaded_type) {
             return Err(Error::InvalidInput {
                 field: "key".into(),
