@@ -26,7 +26,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -37,6 +36,7 @@ use macp_core::Principal;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use crate::http::Rpc;
 use crate::server::Authenticated;
 
 /// Tools that write. A token without the write scope (when one is configured) may call only the
@@ -395,24 +395,9 @@ fn insufficient_scope(cfg: &AuthConfig, scope: &str, tool: &str, id: Value) -> R
     resp
 }
 
-/// The tools a JSON-RPC body calls (single message or batch), with their request ids.
-fn called_tools(body: &[u8]) -> Vec<(String, Value)> {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
-    let msgs = match v {
-        Value::Array(a) => a,
-        other => vec![other],
-    };
-    msgs.iter()
-        .filter(|m| m["method"] == "tools/call")
-        .filter_map(|m| m["params"]["name"].as_str().map(|n| (n.to_owned(), m["id"].clone())))
-        .collect()
-}
-
-/// Largest request body the scope check buffers (the MCP transport's own limit is 4 MiB).
-const MAX_BODY: usize = 4 * 1024 * 1024;
-
-/// The axum middleware guarding `/mcp`.
-pub async fn require_token(State(v): State<Verifier>, req: Request, next: Next) -> Response {
+/// The axum middleware guarding `/mcp`. It runs inside [`crate::http::whole_message`], which has
+/// read the body and says which tool a POST calls.
+pub async fn require_token(State(v): State<Verifier>, mut req: Request, next: Next) -> Response {
     let cfg = v.config().clone();
     let token = req
         .headers()
@@ -440,21 +425,14 @@ pub async fn require_token(State(v): State<Verifier>, req: Request, next: Next) 
             return resp;
         }
     };
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => return (StatusCode::PAYLOAD_TOO_LARGE, "request body over 4 MiB").into_response(),
-    };
     if !who.can_write
-        && let (Some(scope), Some((tool, id))) = (
-            &cfg.write_scope,
-            called_tools(&bytes).into_iter().find(|(t, _)| WRITE_TOOLS.contains(&t.as_str())),
-        )
+        && let Some(scope) = &cfg.write_scope
+        && let Some(rpc) = req.extensions().get::<Rpc>()
+        && let Some(tool) = rpc.tool.as_deref().filter(|t| WRITE_TOOLS.contains(t))
     {
         tracing::info!(user = %who.principal.user_id, tool, reason = "insufficient_scope", "request refused");
-        return insufficient_scope(&cfg, scope, &tool, id);
+        return insufficient_scope(&cfg, scope, tool, rpc.id.clone());
     }
-    let mut req = Request::from_parts(parts, Body::from(bytes));
     req.extensions_mut().insert(who);
     next.run(req).await
 }

@@ -19,6 +19,32 @@ use macp_local::blobs::LocalBlobStore;
 use crate::auth::{self, Verifier};
 use crate::server::MacpMcp;
 
+/// Binds `addr` for serving with [`axum::serve`], with `TCP_NODELAY` on every accepted socket.
+///
+/// Why: rmcp writes a response in several pieces (headers with the SSE priming event, then the
+/// message, then the end of the stream). With Nagle's algorithm on, the second piece waits for
+/// the client's acknowledgement of the first, which a client on a kept-alive connection delays
+/// by up to 40 ms: every call then takes ~44 ms, while a fresh connection (curl) looks fine.
+/// Every listener the server opens goes through here.
+pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<Listener> {
+    Ok(listener(tokio::net::TcpListener::bind(addr).await?))
+}
+
+/// A bound listener whose accepted sockets have `TCP_NODELAY` set (see [`bind`]).
+pub type Listener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
+
+/// Wraps an already bound listener so that its accepted sockets get `TCP_NODELAY` (see [`bind`]).
+pub fn listener(l: tokio::net::TcpListener) -> Listener {
+    use axum::serve::ListenerExt;
+    l.tap_io(set_nodelay as fn(&mut tokio::net::TcpStream))
+}
+
+fn set_nodelay(s: &mut tokio::net::TcpStream) {
+    if let Err(e) = s.set_nodelay(true) {
+        tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
+    }
+}
+
 /// How the HTTP endpoint is exposed.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
@@ -77,14 +103,214 @@ pub fn router(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct)), opts)
+    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts)
 }
 
-/// `/mcp` in a router of its own, so that layers (auth) wrap exactly the MCP endpoint.
-fn mcp_routes(service: StreamableHttpService<MacpMcp, LocalSessionManager>) -> axum::Router {
-    axum::Router::new()
+/// `/mcp` in a router of its own, so that layers (auth) wrap exactly the MCP endpoint. The
+/// outermost layer reads every POST whole before anything can refuse it ([`whole_message`]).
+fn mcp_routes(
+    service: StreamableHttpService<MacpMcp, LocalSessionManager>,
+    verifier: Option<Verifier>,
+) -> axum::Router {
+    let mut r = axum::Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(session_end_is_no_content))
+        .layer(axum::middleware::from_fn(session_end_is_no_content));
+    if let Some(v) = verifier {
+        r = r.layer(axum::middleware::from_fn_with_state(v, auth::require_token));
+    }
+    r.layer(axum::middleware::from_fn(whole_message))
+}
+
+/// Largest JSON-RPC message accepted on `/mcp` (rmcp's own transport limit).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long a client may take to send a request body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What [`whole_message`] read of a POSTed JSON-RPC message, for the layers inside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rpc {
+    /// The JSON-RPC method, absent for a response.
+    pub method: Option<String>,
+    /// The request id (`null` for a notification).
+    pub id: serde_json::Value,
+    /// For `tools/call`, the tool's name.
+    pub tool: Option<String>,
+}
+
+/// The outermost layer of `/mcp`: reads a POST's body whole (bounded in size and time) before any
+/// layer may refuse the request, answers what is not one JSON-RPC message with the status the MCP
+/// transport specifies, and sends each answer in one piece.
+///
+/// - **Reading first.** A request refused before its body is read (401 for a bad token, 403 for a
+///   host) would leave the body on the socket; hyper then closes the connection without saying so
+///   and a client reusing it fails its next request with "server disconnected". With the body read
+///   there is nothing left on the socket. A body over [`MAX_MESSAGE_BYTES`] (413) or slower than 30 s
+///   (408) cannot be read, so that answer says `Connection: close`.
+/// - **What it is.** Broken JSON and an empty body are a JSON-RPC parse error (`400`, code
+///   -32700); a JSON array (a batch: removed from MCP in 2025-06-18) or a value that is not a
+///   message object is an invalid request (`400`, -32600). rmcp would answer all of them
+///   `415 Unsupported Media Type`, which tells a client its content type is wrong when it is not.
+/// - **One piece.** rmcp answers a POST in session mode as an SSE stream: a priming event, then
+///   the message, then the end of the stream, each flushed as it comes. A client that stops
+///   reading after the message leaves the end unread and cannot reuse the connection, so each
+///   call would open a new one. The stream is collected here and sent whole: as `application/json`
+///   when it carries one message (the MCP transport lets a server answer either way), else as the
+///   same SSE events in one body. `subscriptions/listen`, whose stream stays open, passes through.
+pub async fn whole_message(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if req.method() != axum::http::Method::POST {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_MESSAGE_BYTES)).await
+    {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => {
+            let too_big =
+                std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_big {
+                closing(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("a JSON-RPC message may be at most {MAX_MESSAGE_BYTES} bytes"),
+                )
+            } else {
+                closing(StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}"))
+            };
+        }
+        Err(_) => {
+            return closing(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("the request body did not arrive within {} s", BODY_TIMEOUT.as_secs()),
+            );
+        }
+    };
+    let rpc = match shape(&bytes) {
+        Ok(rpc) => rpc,
+        Err(resp) => return resp,
+    };
+    let streams = rpc.method.as_deref() == Some("subscriptions/listen");
+    let mut req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+    req.extensions_mut().insert(rpc);
+    let resp = next.run(req).await;
+    if streams || !is_event_stream(&resp) {
+        return resp;
+    }
+    one_piece(resp).await
+}
+
+/// An error answer after which the connection is closed, saying so.
+fn closing(status: StatusCode, message: String) -> Response {
+    let mut resp = (status, axum::Json(serde_json::json!({"error": message}))).into_response();
+    resp.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    resp
+}
+
+/// A JSON-RPC error answered with HTTP 400, as the MCP transport specifies for a body that is not
+/// a JSON-RPC message.
+fn rpc_error(code: i64, message: String) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// Checks that `bytes` is one JSON-RPC message and reads what the inner layers need of it.
+fn shape(bytes: &[u8]) -> Result<Rpc, Response> {
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default)]
+        id: serde_json::Value,
+        #[serde(borrow, default)]
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+    }
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => {
+            return Err(rpc_error(
+                -32700,
+                "Parse error: the request body is empty; send one JSON-RPC message".into(),
+            ));
+        }
+        Some(b'[') => {
+            return Err(rpc_error(
+                -32600,
+                "Invalid Request: JSON-RPC batches are not supported (MCP removed them in 2025-06-18); send one message per request".into(),
+            ));
+        }
+        Some(b'{') => {}
+        Some(_) => {
+            return Err(rpc_error(-32600, "Invalid Request: a JSON-RPC message is a JSON object".into()));
+        }
+    }
+    match serde_json::from_slice::<Message<'_>>(bytes) {
+        Ok(m) => {
+            let tool = match (&m.method, m.params) {
+                (Some(method), Some(p)) if method == "tools/call" => p.name.map(|n| n.into_owned()),
+                _ => None,
+            };
+            Ok(Rpc { method: m.method.map(|m| m.into_owned()), id: m.id, tool })
+        }
+        Err(e) if e.is_data() => Err(rpc_error(-32600, format!("Invalid Request: {e}"))),
+        Err(e) => Err(rpc_error(-32700, format!("Parse error: {e}"))),
+    }
+}
+
+fn is_event_stream(resp: &Response) -> bool {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Collects an SSE answer and sends it whole (see [`whole_message`]).
+async fn one_piece(resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(b) => b,
+        // The stream broke off (the session ended meanwhile): nothing whole to send.
+        Err(e) => return closing(StatusCode::SERVICE_UNAVAILABLE, format!("the answer was cut off: {e}")),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    let mut messages = sse_messages(&bytes);
+    if messages.len() == 1 {
+        let json = messages.pop().unwrap_or_default();
+        parts.headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+        return Response::from_parts(parts, axum::body::Body::from(json));
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// The `data` of each SSE event that carries any (priming events and keep-alive comments carry
+/// none).
+fn sse_messages(stream: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(stream);
+    let mut out = Vec::new();
+    let mut data: Option<String> = None;
+    for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
+        if line.is_empty() {
+            if let Some(d) = data.take().filter(|d| !d.is_empty()) {
+                out.push(d);
+            }
+        } else if let Some(d) = line.strip_prefix("data:") {
+            let d = d.strip_prefix(' ').unwrap_or(d);
+            match &mut data {
+                Some(acc) => {
+                    acc.push('\n');
+                    acc.push_str(d);
+                }
+                None => data = Some(d.to_owned()),
+            }
+        }
+    }
+    if let Some(d) = data.filter(|d| !d.is_empty()) {
+        out.push(d);
+    }
+    out
 }
 
 /// rmcp acknowledges the `DELETE` that ends a session with `202 Accepted`, which the Python
@@ -177,8 +403,7 @@ pub fn router_with_auth(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    let mcp = mcp_routes(mcp_service(macp, None, opts, ct))
-        .layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token));
+    let mcp = mcp_routes(mcp_service(macp, None, opts, ct), Some(verifier.clone()));
     let app = axum::Router::new()
         .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
         .route("/.well-known/oauth-protected-resource", axum::routing::get(auth::metadata))

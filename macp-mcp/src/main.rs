@@ -438,10 +438,9 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             cfg.bind
         ));
     }
-    let listener = tokio::net::TcpListener::bind(cfg.bind)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener =
+        macp_mcp::http::bind(cfg.bind).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;
+    let addr = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
     let public =
         cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");

@@ -1,8 +1,11 @@
 //! The `macp` binary refuses unsafe or incomplete configurations at start, with a message that
 //! says what to do, and prints the URL it listens on.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn macp() -> Command {
     Command::new(env!("CARGO_BIN_EXE_macp"))
@@ -106,4 +109,35 @@ fn port_zero_prints_the_full_url_then_stops_on_sigterm() {
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = child.wait().unwrap();
     assert!(status.success(), "graceful exit on SIGTERM: {status}");
+}
+
+/// The served binary answers many calls on one kept-alive connection without the 40 ms stall of
+/// Nagle's algorithm meeting a delayed acknowledgement (which a fresh connection per request,
+/// as curl makes, never shows).
+#[test]
+fn serve_answers_calls_on_one_kept_alive_connection_without_stalling() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, first) = serving(dir.path());
+    let addr = first.trim().trim_start_matches("listening on http://").trim_end_matches("/mcp").to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let per_call = rt.block_on(async {
+        let mut raw = common::Raw::connect(&addr).await;
+        let session = common::open_session(&mut raw).await;
+        let calls = 40u32;
+        let started = Instant::now();
+        for i in 0..calls {
+            let call = serde_json::json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                "params": {"name": "list_rooms", "arguments": {}}});
+            let a = raw
+                .request("POST", "/mcp", &common::mcp_headers(Some(&session)), call.to_string().as_bytes())
+                .await
+                .unwrap();
+            assert_eq!(a.status, 200);
+            assert_eq!(common::message(&a)["id"], 10 + i);
+        }
+        started.elapsed() / calls
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(per_call < Duration::from_millis(15), "{per_call:?} per call on a kept-alive connection");
 }

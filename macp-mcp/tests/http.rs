@@ -1,10 +1,17 @@
-//! The Streamable HTTP endpoint at the protocol level, with a plain HTTP client: what a session's
-//! end looks like on the wire.
+//! The Streamable HTTP endpoint at the protocol level, with plain HTTP clients: what a session's
+//! end looks like on the wire, calls on one kept-alive connection, and what answers a request that
+//! is not one JSON-RPC message or is refused.
+
+mod common;
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
+use common::{Raw, mcp_headers, message, open_session};
 use macp_core::{Macp, Principal, memory::MemoryStore};
-use macp_mcp::http::{HttpOptions, router};
+use macp_mcp::auth::{AuthConfig, Verifier};
+use macp_mcp::http::{HttpOptions, router, router_with_auth};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -12,10 +19,44 @@ async fn serve() -> (String, CancellationToken) {
     let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
     let ct = CancellationToken::new();
     let app = router(macp, Some(Principal::new("local").unwrap()), &HttpOptions::default(), ct.child_token());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    (spawn(app).await, ct)
+}
+
+/// Serves `app` on a free loopback port the way `macp serve` does; the base URL.
+async fn spawn(app: axum::Router) -> String {
+    let listener = macp_mcp::http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let base = format!("http://{}", axum::serve::Listener::local_addr(&listener).unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (base, ct)
+    base
+}
+
+/// An auth-on server whose issuer is never asked (requests without a token are refused before).
+async fn serve_with_auth() -> String {
+    let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
+    let cfg = AuthConfig {
+        issuer: "https://issuer.example.test".into(),
+        jwks_url: Some("http://127.0.0.1:9/keys".into()),
+        audience: "macp".into(),
+        audience_claim: "aud".into(),
+        user_claim: "sub".into(),
+        read_scope: None,
+        write_scope: None,
+        leeway: Duration::from_secs(30),
+        min_refresh: Duration::from_secs(30),
+        max_age: Duration::from_secs(3600),
+        resource: "http://127.0.0.1/mcp".into(),
+    };
+    let app = router_with_auth(
+        macp,
+        Verifier::new(cfg).unwrap(),
+        &HttpOptions::default(),
+        CancellationToken::new(),
+    );
+    spawn(app).await
+}
+
+fn addr(base: &str) -> &str {
+    base.trim_start_matches("http://")
 }
 
 fn post(
@@ -82,5 +123,114 @@ async fn ending_a_session_answers_204_and_forgets_it() {
             .await
             .unwrap();
     assert_eq!(after.status(), 404, "the ended session is unknown");
+    ct.cancel();
+}
+
+/// Every socket the server accepts has `TCP_NODELAY`: rmcp writes an answer in pieces, and with
+/// Nagle's algorithm each piece after the first waits for the client's delayed acknowledgement.
+#[tokio::test]
+async fn accepted_sockets_have_tcp_nodelay() {
+    let mut listener = macp_mcp::http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = axum::serve::Listener::local_addr(&listener).unwrap();
+    let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await.unwrap() });
+    let (accepted, _) = axum::serve::Listener::accept(&mut listener).await;
+    assert!(accepted.nodelay().unwrap(), "TCP_NODELAY must be set on accepted sockets");
+    drop(client.await.unwrap());
+}
+
+/// Many calls on one kept-alive connection each answer at once, as one JSON message. A 40 ms
+/// stall per call (Nagle meeting delayed ACK) only shows on a reused connection: a fresh one
+/// per request (curl) never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_one_kept_alive_connection_never_stall() {
+    let (base, ct) = serve().await;
+    let mut raw = Raw::connect(addr(&base)).await;
+    let session = open_session(&mut raw).await;
+    let calls = 40;
+    let started = Instant::now();
+    for i in 0..calls {
+        let call = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+            "params": {"name": "list_rooms", "arguments": {}}});
+        let a = raw
+            .request("POST", "/mcp", &mcp_headers(Some(&session)), call.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(a.status, 200);
+        assert_eq!(a.header("content-type"), Some("application/json"), "one message, sent whole as JSON");
+        assert_eq!(message(&a)["id"], 10 + i);
+    }
+    let per_call = started.elapsed() / calls as u32;
+    // Unstalled, a call takes well under a millisecond here; stalled, about 40 ms.
+    assert!(per_call < Duration::from_millis(15), "{per_call:?} per call on a kept-alive connection");
+    ct.cancel();
+}
+
+/// A request refused before anything reads its body (here a 401: no token) must not leave the
+/// body on the socket: the body is read first, so the same connection serves the next request.
+/// The body arrives 100 ms after the headers, as from a client that streams it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_leaves_its_connection_usable() {
+    let base = serve_with_auth().await;
+    let mut raw = Raw::connect(addr(&base)).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    for round in 0..3 {
+        let head = raw.head("POST", "/mcp", &mcp_headers(None), body.len());
+        raw.send(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        raw.send(body.as_bytes()).await.unwrap();
+        let a = raw.answer().await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(a.status, 401, "round {round}");
+        assert_ne!(a.header("connection"), Some("close"), "round {round}: nothing left unread, so keep it");
+    }
+}
+
+/// What is not one JSON-RPC message is answered `400` with a JSON-RPC error saying what it is:
+/// a parse error (-32700) for broken JSON and an empty body, an invalid request (-32600) for a
+/// batch or a value that is not an object. Never `415`: the content type is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_one_message_gets_400_with_a_json_rpc_error() {
+    let (base, ct) = serve().await;
+    let mut raw = Raw::connect(addr(&base)).await;
+    let session = open_session(&mut raw).await;
+    let batch = json!([{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]).to_string();
+    for (body, code, says) in [
+        ("{\"jsonrpc\": \"2.0\", \"id\":", -32700, "Parse error"),
+        ("", -32700, "empty"),
+        ("   ", -32700, "empty"),
+        (batch.as_str(), -32600, "batches are not supported"),
+        ("42", -32600, "JSON object"),
+        ("{\"jsonrpc\": \"2.0\", \"id\": 3, \"method\": 7}", -32600, "Invalid Request"),
+    ] {
+        let a = raw.request("POST", "/mcp", &mcp_headers(Some(&session)), body.as_bytes()).await.unwrap();
+        assert_eq!(a.status, 400, "{body:?}");
+        let e = a.json();
+        assert_eq!(e["error"]["code"], code, "{body:?}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(says), "{body:?}: {e}");
+    }
+    // The connection and the session still work.
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"});
+    let a =
+        raw.request("POST", "/mcp", &mcp_headers(Some(&session)), call.to_string().as_bytes()).await.unwrap();
+    assert_eq!(a.status, 200);
+    assert!(message(&a)["result"]["tools"].is_array());
+    ct.cancel();
+}
+
+/// A body over the message limit cannot be read to its end, so its 413 says `Connection: close`
+/// (a client must not reuse a connection with unread bytes on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_body_gets_413_and_says_the_connection_closes() {
+    let (base, ct) = serve().await;
+    let mut raw = Raw::connect(addr(&base)).await;
+    let big = vec![b' '; macp_mcp::http::MAX_MESSAGE_BYTES + 1];
+    let head = raw.head("POST", "/mcp", &mcp_headers(None), big.len());
+    raw.send(head.as_bytes()).await.unwrap();
+    // The server may answer and close before the whole body is sent.
+    let _ = raw.send(&big).await;
+    let a = raw.answer().await.unwrap();
+    assert_eq!(a.status, 413);
+    assert_eq!(a.header("connection"), Some("close"));
     ct.cancel();
 }
