@@ -65,7 +65,6 @@ mod ddb;
 mod setup;
 mod store;
 mod titan;
-mod vectors;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

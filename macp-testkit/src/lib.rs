@@ -52,10 +52,8 @@ use macp_core::blob::{BlobStore, PresignedRequest};
 use macp_core::search::VectorIndex;
 use macp_core::{Clock, Macp, Store, Timestamp};
 
-pub mod artifact_cases;
 pub mod cases;
 pub mod props;
-pub mod search_cases;
 
 #[doc(hidden)]
 pub use tokio as __tokio;

@@ -4,10 +4,11 @@
 //!
 //! [`BlobStore`]: macp_core::blob::BlobStore
 
-use macp_core::service::{ListArtifacts, RegisterArtifact, RequestUpload};
+use macp_core::service::*;
+use macp_core::{AgentId, EntityId, FindingId, RoomId};
 
+use super::*;
 use crate::Backend;
-use crate::cases::{Fixture, expect_code, presigned};
 
 fn request(f: &Fixture, filename: &str, content_type: &str, size: u64) -> RequestUpload {
     RequestUpload {
@@ -213,4 +214,147 @@ pub async fn upload_requests_refuse_limits_and_path_like_names(backend: Backend)
         .await
         .unwrap();
     assert!(ok.key.ends_with("/Grafana (p99) 09-41.png"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration and listing
+
+pub(crate) fn artifact_req(
+    room: RoomId,
+    agent_id: AgentId,
+    key: &str,
+    findings: Vec<FindingId>,
+) -> RegisterArtifact {
+    RegisterArtifact {
+        room_id: room,
+        agent_id,
+        key: key.to_owned(),
+        description: Some("log excerpt".into()),
+        linked_finding_ids: findings,
+        linked_entity_ids: Vec::new(),
+        idempotency_key: None,
+    }
+}
+
+/// Keys must be plain keys under the room's own prefix, and links must exist in the room.
+pub async fn register_artifact_checks_prefix_and_links(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let finding = f.post("see attached", &[]).await;
+    let Some(key) = f.upload("trace.log", b"0123456789").await else {
+        return eprintln!("skipped: no artifact store");
+    };
+    let ok = f
+        .macp
+        .register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &key, vec![finding.finding_id]))
+        .await
+        .unwrap();
+    assert_eq!(ok.artifact.uploaded_by.as_str(), "alice@example.com");
+    assert_eq!(
+        (ok.artifact.size, ok.artifact.content_type.as_str()),
+        (10, "text/plain"),
+        "size and type are what was stored"
+    );
+    let other = RoomId::generate();
+    let ulid = key.rsplit('/').nth(1).unwrap().to_owned();
+    for bad in [
+        format!("rooms/{other}/artifacts/{ulid}/trace.log"),
+        format!("rooms/{}/../{other}/x.log", f.room),
+        format!("rooms/{}/", f.room),
+        "x.log".to_owned(),
+    ] {
+        expect_code(
+            f.macp.register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &bad, vec![])).await,
+            "invalid_input",
+        );
+    }
+    let second = f.upload("y.log", b"y").await.unwrap();
+    expect_code(
+        f.macp
+            .register_artifact(
+                &f.alice,
+                artifact_req(f.room, f.a.clone(), &second, vec![FindingId::generate()]),
+            )
+            .await,
+        "not_found",
+    );
+    expect_code(
+        f.macp
+            .register_artifact(
+                &f.alice,
+                RegisterArtifact {
+                    linked_entity_ids: vec![EntityId::generate()],
+                    ..artifact_req(f.room, f.a.clone(), &second, vec![])
+                },
+            )
+            .await,
+        "not_found",
+    );
+    expect_code(
+        f.macp.register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &key, vec![])).await,
+        "already_exists",
+    );
+    assert_eq!(f.macp.room_summary(&f.alice, f.room).await.unwrap().artifact_count, 1);
+}
+
+/// Artifacts list by finding and by entity, where any alias of a merged entity matches.
+pub async fn list_artifacts_filters_by_finding_and_entity_alias(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let f1 = f.post("one", &[]).await.finding_id;
+    let f2 = f.post("two", &[]).await.finding_id;
+    let e = f.entity("e", "host", "e").await;
+    let e2 = f.entity("e2", "host", "e2").await;
+    let Some(k1) = f.upload("1.log", b"one").await else { return eprintln!("skipped: no artifact store") };
+    let k2 = f.upload("2.log", b"two").await.unwrap();
+    f.macp.register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &k1, vec![f1])).await.unwrap();
+    f.macp
+        .register_artifact(
+            &f.alice,
+            RegisterArtifact {
+                linked_entity_ids: vec![e2],
+                ..artifact_req(f.room, f.a.clone(), &k2, vec![f2])
+            },
+        )
+        .await
+        .unwrap();
+    f.macp
+        .merge_entities(
+            &f.alice,
+            MergeEntities {
+                room_id: f.room,
+                agent_id: f.a.clone(),
+                winner_entity_id: e,
+                loser_entity_id: e2,
+            },
+        )
+        .await
+        .unwrap();
+    let list = |finding_id, entity_id, limit, cursor| {
+        f.macp
+            .list_artifacts(&f.alice, ListArtifacts { room_id: f.room, finding_id, entity_id, limit, cursor })
+    };
+    assert_eq!(list(None, None, None, None).await.unwrap().artifacts.len(), 2);
+    let by_f1 = list(Some(f1), None, None, None).await.unwrap().artifacts;
+    assert_eq!(by_f1.len(), 1);
+    assert_eq!(by_f1[0].artifact.key, k1);
+    let by_e = list(None, Some(e), None, None).await.unwrap().artifacts;
+    assert_eq!(by_e.len(), 1, "linked to the alias, listed under the winner");
+    assert_eq!(by_e[0].artifact.linked_entity_ids, vec![e]);
+    let page = list(None, None, Some(1), None).await.unwrap();
+    let next = list(None, None, Some(1), page.next_cursor.clone()).await.unwrap();
+    assert_ne!(page.artifacts[0].artifact.artifact_id, next.artifacts[0].artifact.artifact_id);
+    assert!(next.next_cursor.is_none());
+}
+
+/// `register_artifact` with a key replays.
+pub async fn idempotent_register_artifact_replays(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let Some(key) = f.upload("x.png.txt", b"x").await else { return eprintln!("skipped: no artifact store") };
+    let req = RegisterArtifact {
+        idempotency_key: Some("a1".into()),
+        ..artifact_req(f.room, f.a.clone(), &key, vec![])
+    };
+    let first = f.macp.register_artifact(&f.alice, req.clone()).await.unwrap();
+    let again = f.macp.register_artifact(&f.alice, req).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.artifact, first.artifact);
 }

@@ -17,7 +17,7 @@ use macp_core::search::{
 use macp_core::{AgentId, Error, FindingId, Result, RoomId};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use crate::{SqliteStore, lock, sql_err};
+use crate::db::{SqliteStore, lock, sql_err};
 
 /// One room's vectors, quantised for scanning.
 #[derive(Debug, Clone, Default)]

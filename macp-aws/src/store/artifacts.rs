@@ -1,0 +1,114 @@
+//! Artifact metadata.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use macp_core::model::Artifact;
+use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyClaim, Write};
+use macp_core::{ArtifactId, Error, Result, RoomId};
+
+use crate::AwsBackend;
+use crate::ddb::*;
+use crate::ddb::{doc, json, s};
+
+// ---------------------------------------------------------------------------------------------
+
+#[async_trait]
+impl ArtifactStore for AwsBackend {
+    async fn insert_artifact(
+        &self,
+        a: &Artifact,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<Artifact>> {
+        let room = a.room_id;
+        if let Some(rec) = self.replayed(room, claim).await? {
+            return Ok(Write::Replayed(rec));
+        }
+        let item = HashMap::from([
+            ("room_id".to_owned(), s(room.to_string())),
+            ("artifact_id".to_owned(), s(a.artifact_id.to_string())),
+            ("doc".to_owned(), json(a)),
+        ]);
+        let key_claim = HashMap::from([
+            ("room_id".to_owned(), s(room.to_string())),
+            ("artifact_id".to_owned(), s(format!("KEY#{}", a.key))),
+            ("holder".to_owned(), s(a.artifact_id.to_string())),
+        ]);
+        let mut items = vec![
+            put(&self.names.artifacts, item, Some("attribute_not_exists(artifact_id)")),
+            put(&self.names.artifacts, key_claim, Some("attribute_not_exists(artifact_id)")),
+        ];
+        if let Some(c) = claim {
+            items.push(self.claim_put(room, c));
+        }
+        match self.transact(items, "TransactWriteItems (artifact)").await? {
+            Tx::Done => Ok(Write::Applied(a.clone())),
+            Tx::Cancelled(reasons) => {
+                let failed = |i: usize| check_failed(&reasons, i);
+                if claim.is_some() && failed(2) {
+                    return Ok(Write::Replayed(self.require_claim(room, claim).await?));
+                }
+                if failed(1) {
+                    return Err(Error::AlreadyExists { what: "artifact with key", id: a.key.clone() });
+                }
+                Err(Error::backend("dynamodb", true, "artifact registration conflicted; retry", None))
+            }
+        }
+    }
+
+    async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {
+        let keys = ids
+            .iter()
+            .map(|id| key2("room_id", room_id.to_string(), "artifact_id", id.to_string()))
+            .collect();
+        self.batch_get(&self.names.artifacts, keys)
+            .await?
+            .iter()
+            .filter(|i| i.contains_key("doc"))
+            .map(doc)
+            .collect()
+    }
+
+    async fn list_artifacts(&self, room_id: RoomId, q: &ArtifactQuery) -> Result<Vec<Artifact>> {
+        let (cond, values) =
+            range_after(room_id, "room_id = :r AND artifact_id > :a", q.after.map(|a| a.to_string()));
+        let (finding, entities) = (q.finding_id, q.entity_ids.clone());
+        let items = self
+            .query_all(
+                &self.names.artifacts,
+                None,
+                cond,
+                None,
+                HashMap::new(),
+                values,
+                true,
+                true,
+                move |i| {
+                    let Ok(a) = doc::<Artifact>(i) else { return false };
+                    finding.is_none_or(|f| a.linked_finding_ids.contains(&f))
+                        && (entities.is_empty() || a.linked_entity_ids.iter().any(|e| entities.contains(e)))
+                },
+                q.limit,
+            )
+            .await?;
+        items.iter().map(doc).collect()
+    }
+
+    async fn count_artifacts(&self, room_id: RoomId) -> Result<u64> {
+        let items = self
+            .query_all(
+                &self.names.artifacts,
+                None,
+                "room_id = :r",
+                Some("attribute_exists(doc)"),
+                HashMap::new(),
+                HashMap::from([(":r".to_owned(), s(room_id.to_string()))]),
+                true,
+                true,
+                |_| true,
+                usize::MAX,
+            )
+            .await?;
+        Ok(items.len() as u64)
+    }
+}

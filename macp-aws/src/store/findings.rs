@@ -1,0 +1,290 @@
+//! Findings and their per-room commit sequence.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use macp_core::model::{Finding, IndexStatus};
+use macp_core::search::keyword::KeywordIndex;
+use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyClaim, KeywordSearch, Write};
+use macp_core::{Error, FindingId, Result, RoomId, Timestamp};
+
+use crate::AwsBackend;
+use crate::ddb::*;
+use crate::ddb::{Item, aws_err, code_of, doc, get_n, get_s, json, n, opt_n, opt_s, s};
+
+// ---------------------------------------------------------------------------------------------
+
+fn finding_item(f: &Finding, seq: u64) -> Item {
+    let mut stored = f.clone();
+    stored.seq = seq;
+    let mut m = HashMap::from([
+        ("room_id".to_owned(), s(f.room_id.to_string())),
+        ("finding_id".to_owned(), s(f.finding_id.to_string())),
+        ("seq".to_owned(), n(seq)),
+        ("created_at".to_owned(), n(f.created_at.as_millis())),
+        ("agent_id".to_owned(), s(f.agent_id.as_str())),
+        ("index_status".to_owned(), s(f.index_status.as_str())),
+        ("doc".to_owned(), json(&stored)),
+    ]);
+    if !f.tags.is_empty() {
+        m.insert("tags".into(), AttributeValue::Ss(f.tags.clone()));
+    }
+    if f.index_status == IndexStatus::Pending {
+        m.insert("pending".into(), s("1"));
+    }
+    m
+}
+
+fn finding_of(item: &Item) -> Result<Finding> {
+    let mut f: Finding = doc(item)?;
+    f.index_status = IndexStatus::parse(get_s(item, "index_status")?)?;
+    f.seq = get_n(item, "seq")? as u64;
+    Ok(f)
+}
+
+#[async_trait]
+impl FindingStore for AwsBackend {
+    async fn append_finding(&self, f: &Finding, claim: Option<&IdempotencyClaim>) -> Result<Write<Finding>> {
+        let room_key = HashMap::from([("room_id".to_owned(), s(f.room_id.to_string()))]);
+        for attempt in 0..ATTEMPTS {
+            if let Some(rec) = self.replayed(f.room_id, claim).await? {
+                return Ok(Write::Replayed(rec));
+            }
+            let room = self
+                .get_item(&self.names.rooms, room_key.clone(), "GetItem")
+                .await?
+                .filter(|i| i.contains_key("doc"))
+                .ok_or_else(|| Error::not_found("room", f.room_id))?;
+            let last = get_n(&room, "last_seq")? as u64;
+            let seq = last + 1;
+            // The room's counter moves from `last` to `seq` only if nobody else moved it.
+            let mut expr = String::from("SET last_seq = :next, last_created_at = :at");
+            let mut names = HashMap::new();
+            let mut values = HashMap::from([
+                (":next".to_owned(), n(seq)),
+                (":last".to_owned(), n(last)),
+                (":at".to_owned(), n(f.created_at.as_millis())),
+            ]);
+            if !f.tags.is_empty() {
+                values.insert(":zero".into(), n(0));
+                values.insert(":one".into(), n(1));
+            }
+            for (i, t) in f.tags.iter().enumerate() {
+                expr.push_str(&format!(", tag_counts.#t{i} = if_not_exists(tag_counts.#t{i}, :zero) + :one"));
+                names.insert(format!("#t{i}"), t.clone());
+            }
+            let mut upd = Update::builder()
+                .table_name(&self.names.rooms)
+                .set_key(Some(room_key.clone()))
+                .update_expression(expr)
+                .condition_expression("last_seq = :last")
+                .set_expression_attribute_values(Some(values));
+            if !names.is_empty() {
+                upd = upd.set_expression_attribute_names(Some(names));
+            }
+            let mut items = vec![
+                TransactWriteItem::builder()
+                    .update(upd.build().map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?)
+                    .build(),
+                put(&self.names.findings, finding_item(f, seq), Some("attribute_not_exists(finding_id)")),
+            ];
+            if let Some(c) = claim {
+                items.push(self.claim_put(f.room_id, c));
+            }
+            match self.transact(items, "TransactWriteItems (append finding)").await? {
+                Tx::Done => {
+                    let mut stored = f.clone();
+                    stored.seq = seq;
+                    return Ok(Write::Applied(stored));
+                }
+                Tx::Cancelled(reasons) => {
+                    if claim.is_some() && check_failed(&reasons, 2) {
+                        return Ok(Write::Replayed(self.require_claim(f.room_id, claim).await?));
+                    }
+                    // Another writer took `seq` (or a transaction conflicted): read again.
+                    backoff(attempt).await;
+                }
+            }
+        }
+        Err(gave_up("append finding"))
+    }
+
+    async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>> {
+        let keys =
+            ids.iter().map(|id| key2("room_id", room_id.to_string(), "finding_id", id.to_string())).collect();
+        self.batch_get(&self.names.findings, keys)
+            .await?
+            .iter()
+            .filter(|i| i.contains_key("doc"))
+            .map(finding_of)
+            .collect()
+    }
+
+    async fn list_findings(&self, room_id: RoomId, q: &FindingQuery) -> Result<Vec<Finding>> {
+        let mut values =
+            HashMap::from([(":r".to_owned(), s(room_id.to_string())), (":a".to_owned(), n(q.after_seq))]);
+        let key_condition = match q.before_seq {
+            Some(b) => {
+                values.insert(":b".into(), n(b.saturating_sub(1)));
+                values.insert(":a1".into(), n(q.after_seq + 1));
+                values.remove(":a");
+                "room_id = :r AND seq BETWEEN :a1 AND :b"
+            }
+            None => "room_id = :r AND seq > :a",
+        };
+        let tags = q.tags_any.clone();
+        let agent = q.agent_id.clone();
+        let (since, until) = (q.since, q.until);
+        let items = self
+            .query_all(
+                &self.names.findings,
+                Some("by_seq"),
+                key_condition,
+                None,
+                HashMap::new(),
+                values,
+                !q.descending,
+                true,
+                move |item| {
+                    let ok_tags = tags.is_empty()
+                        || item
+                            .get("tags")
+                            .and_then(|t| t.as_ss().ok())
+                            .is_some_and(|have| have.iter().any(|t| tags.contains(t)));
+                    let ok_agent = agent.as_ref().is_none_or(|a| opt_s(item, "agent_id") == Some(a.as_str()));
+                    let at = opt_n(item, "created_at").unwrap_or(0);
+                    ok_tags
+                        && ok_agent
+                        && since.is_none_or(|t| at >= t.as_millis())
+                        && until.is_none_or(|t| at < t.as_millis())
+                },
+                q.limit,
+            )
+            .await?;
+        items.iter().map(finding_of).collect()
+    }
+
+    async fn set_index_status(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        status: IndexStatus,
+    ) -> Result<()> {
+        let expr = match status {
+            IndexStatus::Indexed => "SET index_status = :s REMOVE pending",
+            IndexStatus::Pending => "SET index_status = :s, pending = :p",
+        };
+        let mut req = self
+            .ddb
+            .update_item()
+            .table_name(&self.names.findings)
+            .set_key(Some(key2("room_id", room_id.to_string(), "finding_id", finding_id.to_string())))
+            .update_expression(expr)
+            .condition_expression("attribute_exists(finding_id)")
+            .expression_attribute_values(":s", s(status.as_str()));
+        if status == IndexStatus::Pending {
+            req = req.expression_attribute_values(":p", s("1"));
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => {
+                Err(Error::not_found("finding", finding_id))
+            }
+            Err(e) => Err(aws_err("dynamodb", "UpdateItem", e)),
+        }
+    }
+
+    async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>> {
+        let items = self
+            .query_all(
+                &self.names.findings,
+                Some("pending"),
+                "pending = :p AND created_at < :t",
+                None,
+                HashMap::new(),
+                HashMap::from([(":p".to_owned(), s("1")), (":t".to_owned(), n(created_before.as_millis()))]),
+                true,
+                false,
+                |_| true,
+                limit,
+            )
+            .await?;
+        items.iter().map(finding_of).collect()
+    }
+
+    async fn mark_all_pending(&self) -> Result<u64> {
+        let mut count = 0;
+        let mut start = None;
+        loop {
+            let resp = self
+                .ddb
+                .scan()
+                .table_name(&self.names.findings)
+                .filter_expression("attribute_exists(doc)")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| aws_err("dynamodb", "Scan", e))?;
+            for item in resp.items.unwrap_or_default() {
+                let f = finding_of(&item)?;
+                self.set_index_status(f.room_id, f.finding_id, IndexStatus::Pending).await?;
+                count += 1;
+            }
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(count),
+            }
+        }
+    }
+
+    async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats> {
+        let key = HashMap::from([("room_id".to_owned(), s(room_id.to_string()))]);
+        let Some(item) = self.get_item(&self.names.rooms, key, "GetItem").await? else {
+            return Ok(FindingStats::default());
+        };
+        let last = opt_n(&item, "last_seq").unwrap_or(0) as u64;
+        let mut tag_counts = BTreeMap::new();
+        if let Some(m) = item.get("tag_counts").and_then(|v| v.as_m().ok()) {
+            for (t, c) in m {
+                if let Some(c) = c.as_n().ok().and_then(|c| c.parse::<u64>().ok())
+                    && c > 0
+                {
+                    tag_counts.insert(t.clone(), c);
+                }
+            }
+        }
+        Ok(FindingStats {
+            total: last,
+            last_seq: last,
+            last_created_at: opt_n(&item, "last_created_at").map(Timestamp::from_millis),
+            tag_counts,
+        })
+    }
+
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
+        let (seen, mut index) = {
+            let cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
+            cache.get(&room_id).cloned().unwrap_or_else(|| (0, Arc::new(KeywordIndex::new())))
+        };
+        // Catch up with findings committed since this process last looked (any instance).
+        let fresh = self.list_findings(room_id, &FindingQuery::after(seen, usize::MAX)).await?;
+        let mut last = seen;
+        if !fresh.is_empty() {
+            let ix = Arc::make_mut(&mut index);
+            for f in &fresh {
+                ix.add(f.finding_id, &f.content);
+                last = f.seq;
+            }
+            let mut cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.get(&room_id).is_none_or(|(s, _)| *s < last) {
+                cache.insert(room_id, (last, index.clone()));
+            }
+        }
+        let query = query.to_owned();
+        tokio::task::spawn_blocking(move || index.search(&query, limit))
+            .await
+            .map_err(|e| Error::backend("dynamodb", true, format!("keyword task failed: {e}"), None))
+    }
+}

@@ -1,0 +1,22 @@
+//! The store traits of `macp_core::store` on DynamoDB, one file per domain.
+
+mod agents;
+mod artifacts;
+mod entities;
+mod findings;
+mod rooms;
+mod search;
+
+use macp_core::store::{Capabilities, Store};
+
+use crate::AwsBackend;
+
+impl Store for AwsBackend {
+    fn name(&self) -> &'static str {
+        "aws"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none().with_durable(true).with_shared_across_processes(true).with_keyword_search(true)
+    }
+}

@@ -1,0 +1,44 @@
+//! Artifact metadata.
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::error::Result;
+use crate::ids::{ArtifactId, EntityId, FindingId, RoomId};
+use crate::model::Artifact;
+
+/// Which artifacts to list.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ArtifactQuery {
+    /// Only artifacts linked to this finding.
+    pub finding_id: Option<FindingId>,
+    /// Only artifacts linked to one of these entity ids (an entity and its aliases).
+    pub entity_ids: Vec<EntityId>,
+    /// Strictly after this id (ascending).
+    pub after: Option<ArtifactId>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+/// Artifact metadata.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
+    /// Stores artifact metadata.
+    ///
+    /// Contract: atomic with the idempotency claim. `already_exists` if an artifact with the
+    /// same `key` is registered in the room (and no claim replays).
+    async fn insert_artifact(
+        &self,
+        artifact: &Artifact,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<Artifact>>;
+
+    /// Fetches artifacts by id (any order; unknown ids omitted).
+    async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>>;
+
+    /// Lists artifacts ordered by `artifact_id`, filtered by `query`.
+    async fn list_artifacts(&self, room_id: RoomId, query: &ArtifactQuery) -> Result<Vec<Artifact>>;
+
+    /// Number of artifacts in the room.
+    async fn count_artifacts(&self, room_id: RoomId) -> Result<u64>;
+}

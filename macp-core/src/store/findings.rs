@@ -1,0 +1,136 @@
+//! Findings: the room's record and its commit order.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::error::Result;
+use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
+use crate::model::{Finding, IndexStatus};
+
+/// Which findings to read. All filters combine with AND; `tags_any` matches a finding carrying
+/// at least one of the tags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FindingQuery {
+    /// Only findings with `seq > after_seq` (ascending) or `seq < before_seq` (descending).
+    pub after_seq: u64,
+    /// Upper bound, exclusive; `None` means no bound.
+    pub before_seq: Option<u64>,
+    /// Only findings carrying at least one of these tags (already normalised).
+    pub tags_any: Vec<String>,
+    /// Only findings posted by this agent.
+    pub agent_id: Option<AgentId>,
+    /// Only findings with `created_at >= since`.
+    pub since: Option<Timestamp>,
+    /// Only findings with `created_at < until`.
+    pub until: Option<Timestamp>,
+    /// At most this many.
+    pub limit: usize,
+    /// Newest first instead of oldest first.
+    pub descending: bool,
+}
+
+impl FindingQuery {
+    /// Every finding after `after_seq`, oldest first, at most `limit`.
+    pub fn after(after_seq: u64, limit: usize) -> Self {
+        Self {
+            after_seq,
+            before_seq: None,
+            tags_any: Vec::new(),
+            agent_id: None,
+            since: None,
+            until: None,
+            limit,
+            descending: false,
+        }
+    }
+
+    /// The `limit` most recent findings, newest first.
+    pub fn latest(limit: usize) -> Self {
+        Self { descending: true, ..Self::after(0, limit) }
+    }
+}
+
+/// Counts over a room's findings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FindingStats {
+    /// Number of findings.
+    pub total: u64,
+    /// The highest `seq` (0 when empty).
+    pub last_seq: u64,
+    /// `created_at` of the finding with the highest `seq`.
+    pub last_created_at: Option<Timestamp>,
+    /// Findings per tag.
+    pub tag_counts: BTreeMap<String, u64>,
+}
+
+/// A keyword match from [`FindingStore::keyword_search`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeywordHit {
+    /// The finding.
+    pub finding_id: FindingId,
+    /// Okapi BM25 (k1 = 1.2, b = 0.75) of the finding's content for the query; higher is better.
+    pub score: f64,
+}
+
+/// The result of [`FindingStore::keyword_search`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeywordSearch {
+    /// Best first.
+    pub hits: Vec<KeywordHit>,
+    /// The sum of the distinct query terms' idf ([`crate::search::bm25_idf`]), with the same
+    /// statistics as the scores: `score / ideal` is the finding's keyword coverage.
+    pub ideal: f64,
+}
+
+/// Findings: the room's record and its commit order.
+#[async_trait]
+pub trait FindingStore: Send + Sync {
+    /// Appends a finding to its room. The `seq` field of `finding` is ignored.
+    ///
+    /// Contract: atomic. The store assigns `seq` = the room's previous highest `seq` + 1, so
+    /// sequence numbers are gap-free and follow *commit* order: once a reader can see the
+    /// finding with `seq = n`, it can see every finding with `seq < n`. This is what makes the
+    /// updates cursor safe (see [`crate::cursor`]). The idempotency claim, if any, is recorded
+    /// in the same atomic write; if the key is taken, nothing is written and
+    /// [`Write::Replayed`] is returned. Returns the stored finding with its `seq`.
+    async fn append_finding(
+        &self,
+        finding: &Finding,
+        claim: Option<&IdempotencyClaim>,
+    ) -> Result<Write<Finding>>;
+
+    /// Fetches findings by id (any order; unknown ids are omitted).
+    async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>>;
+
+    /// Reads findings matching `query`, ordered by `seq` (ascending, or descending when
+    /// `query.descending`).
+    async fn list_findings(&self, room_id: RoomId, query: &FindingQuery) -> Result<Vec<Finding>>;
+
+    /// Sets a finding's `index_status`. Contract: `not_found` if the finding does not exist.
+    async fn set_index_status(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        status: IndexStatus,
+    ) -> Result<()>;
+
+    /// Findings of any room still `pending` and created before `created_before`, oldest
+    /// first, at most `limit`: the reconciler's work list.
+    async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>>;
+
+    /// Sets every finding of every room to `pending` (the reindex path). Returns how many.
+    async fn mark_all_pending(&self) -> Result<u64>;
+
+    /// Counts over the room's findings: exact, not estimates.
+    async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats>;
+
+    /// Keyword search over findings' content in one room: the findings containing at least one
+    /// of the query's terms ([`crate::search::keyword_terms`]), best first by Okapi BM25
+    /// (k1 = 1.2, b = 0.75, idf as [`crate::search::bm25_idf`]), at most `limit`. Document
+    /// statistics (row count, average length, document frequencies) may be per store rather than
+    /// per room, but `ideal` must use the same ones. Only called when
+    /// [`Capabilities::keyword_search`] is declared.
+    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch>;
+}

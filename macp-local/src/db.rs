@@ -1,0 +1,367 @@
+//! The database connections: the builder, the writer and the reader pool, and the helpers
+//! every store file uses (error mapping, row helpers, idempotency claims inside a transaction).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use macp_core::store::{IdempotencyClaim, IdempotencyRecord, WriteOperation};
+use macp_core::{Error, Result, Timestamp};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::data_dir::create_private_dir;
+use crate::schema;
+use crate::store::{KeywordCache, VectorCache};
+
+/// The database file inside the data directory.
+pub const DB_FILE: &str = "macp.db";
+
+/// How hard SQLite pushes commits to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// `synchronous = FULL`: the WAL is fsynced at every commit. Survives process kill and
+    /// power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: survives process kill (the WAL is in the OS page cache), may
+    /// lose the last commits on power loss. Faster; fine for tests and scratch rooms.
+    Normal,
+}
+
+/// Builds a [`SqliteStore`].
+#[derive(Debug, Clone)]
+pub struct SqliteStoreBuilder {
+    data_dir: Option<PathBuf>,
+    durability: Durability,
+    readers: usize,
+    busy_timeout: Duration,
+}
+
+impl Default for SqliteStoreBuilder {
+    fn default() -> Self {
+        Self {
+            data_dir: None,
+            durability: Durability::Full,
+            readers: 4,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl SqliteStoreBuilder {
+    /// Defaults: durability `Full`, 4 readers, 5 s busy timeout, no data directory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads `MACP_DATA_DIR` (else the platform data directory, see [`default_data_dir`]).
+    pub fn from_env() -> Self {
+        let dir = std::env::var_os("MACP_DATA_DIR").map(PathBuf::from).unwrap_or_else(default_data_dir);
+        Self::new().data_dir(dir)
+    }
+
+    /// The directory holding `macp.db` (created if missing).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Commit durability (default [`Durability::Full`]).
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+
+    /// Reader connections kept open (default 4, at least 1).
+    pub fn readers(mut self, n: usize) -> Self {
+        self.readers = n.max(1);
+        self
+    }
+
+    /// How long a statement waits on a lock held by another process before failing with a
+    /// retryable error (default 5 s).
+    pub fn busy_timeout(mut self, t: Duration) -> Self {
+        self.busy_timeout = t;
+        self
+    }
+
+    /// Opens (creating and migrating as needed) the database.
+    pub fn open(self) -> Result<SqliteStore> {
+        let dir = self.data_dir.clone().ok_or_else(|| {
+            Error::invalid(
+                "data_dir",
+                "SqliteStore needs a data directory: call .data_dir(path) or set MACP_DATA_DIR",
+            )
+        })?;
+        create_private_dir(&dir).map_err(|e| {
+            Error::backend(
+                "sqlite",
+                false,
+                format!("cannot create data directory {}: {e}", dir.display()),
+                Some(Box::new(e)),
+            )
+        })?;
+        let path = dir.join(DB_FILE);
+        let mut writer = self.connect(&path)?;
+        schema::migrate(&mut writer).map_err(|e| match e {
+            schema::MigrateError::Sqlite(e) => sql_err(e),
+            schema::MigrateError::TooNew { found, supported } => Error::backend(
+                "sqlite",
+                false,
+                format!(
+                    "{} has schema version {found}, newer than this build supports ({supported}); upgrade macp",
+                    path.display()
+                ),
+                None,
+            ),
+        })?;
+        let readers = (0..self.readers).map(|_| self.connect(&path)).collect::<Result<Vec<_>>>()?;
+        Ok(SqliteStore {
+            inner: Arc::new(Shared {
+                writer: Mutex::new(writer),
+                vectors: Mutex::new(VectorCache::default()),
+                keywords: Mutex::new(KeywordCache::default()),
+                readers: Mutex::new(readers),
+                path,
+                builder: self,
+            }),
+        })
+    }
+
+    fn connect(&self, path: &Path) -> Result<Connection> {
+        let conn = Connection::open(path).map_err(sql_err)?;
+        conn.busy_timeout(self.busy_timeout).map_err(sql_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_err)?;
+        let sync = match self.durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync).map_err(sql_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(sql_err)?;
+        Ok(conn)
+    }
+}
+
+/// The platform's per-user data directory for MACP: `$XDG_DATA_HOME/macp`, else
+/// `$HOME/.local/share/macp`, else `./macp-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("macp");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".local/share/macp");
+    }
+    PathBuf::from("macp-data")
+}
+
+/// A [`Store`] on one SQLite database file. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    pub(crate) inner: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) writer: Mutex<Connection>,
+    pub(crate) vectors: Mutex<VectorCache>,
+    pub(crate) keywords: Mutex<KeywordCache>,
+    pub(crate) readers: Mutex<Vec<Connection>>,
+    pub(crate) path: PathBuf,
+    pub(crate) builder: SqliteStoreBuilder,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.inner.path).finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Transactions roll back when dropped during a panic, so the connection is consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SqliteStore {
+    /// Starts a builder.
+    pub fn builder() -> SqliteStoreBuilder {
+        SqliteStoreBuilder::new()
+    }
+
+    /// Opens the store in `data_dir` with default settings.
+    pub fn open(data_dir: impl Into<PathBuf>) -> Result<Self> {
+        Self::builder().data_dir(data_dir).open()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Writes a consistent snapshot of the database to `dest` (a new file; an existing one is
+    /// refused, never overwritten) while the store keeps serving: SQLite's `VACUUM INTO` reads
+    /// one committed snapshot, so the copy holds every write acknowledged before the call and
+    /// none half-done. Returns the copy's size in bytes. See [`backup`] for the whole data
+    /// directory.
+    pub async fn backup_database(&self, dest: &Path) -> Result<u64> {
+        if dest.exists() {
+            return Err(Error::invalid(
+                "dest",
+                format!("{} exists; a backup never overwrites, pick a new path", dest.display()),
+            ));
+        }
+        let target = dest
+            .to_str()
+            .ok_or_else(|| Error::invalid("dest", "the backup path must be valid UTF-8"))?
+            .to_owned();
+        self.read(move |c| c.execute("VACUUM INTO ?1", [&target]).map(|_| ()).map_err(sql_err)).await?;
+        std::fs::metadata(dest)
+            .map(|m| m.len())
+            .map_err(|e| Error::backend("sqlite", false, format!("backup written but unreadable: {e}"), None))
+    }
+
+    /// Runs `f` with the writer connection on the blocking pool.
+    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&mut lock(&inner.writer)))
+            .await
+            .map_err(|e| Error::backend("sqlite", true, format!("blocking task failed: {e}"), None))?
+    }
+
+    /// Runs `f` with a reader connection on the blocking pool.
+    pub(crate) async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = lock(&inner.readers).pop();
+            let conn = match conn {
+                Some(c) => c,
+                None => inner.builder.connect(&inner.path)?,
+            };
+            let out = f(&conn);
+            let mut pool = lock(&inner.readers);
+            if pool.len() < inner.builder.readers {
+                pool.push(conn);
+            }
+            out
+        })
+        .await
+        .map_err(|e| Error::backend("sqlite", true, format!("blocking task failed: {e}"), None))?
+    }
+}
+
+/// Maps a SQLite error: busy and locked are retryable, the rest are not.
+pub(crate) fn sql_err(e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode;
+    let retryable =
+        matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
+    Error::backend("sqlite", retryable, e.to_string(), Some(Box::new(e)))
+}
+
+pub(crate) fn is_unique_violation(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::ConstraintViolation))
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::backend("sqlite", false, format!("stored {what} is unreadable: {detail}"), None)
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    // Serialising plain domain values to JSON cannot fail.
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
+}
+
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| corrupt(what, e))
+}
+
+pub(crate) fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T> {
+    s.parse()
+}
+
+/// Runs a query and maps every row.
+pub(crate) fn query_all<T>(
+    conn: &Connection,
+    sql: &str,
+    params: &[SqlValue],
+    map: impl Fn(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(sql_err)?;
+    let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(sql_err)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(sql_err)? {
+        out.push(map(row)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn text(s: impl ToString) -> SqlValue {
+    SqlValue::Text(s.to_string())
+}
+
+/// `(?, ?, …)` with `n` placeholders.
+pub(crate) fn placeholders(n: usize) -> String {
+    let mut s = String::from("(");
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('?');
+    }
+    s.push(')');
+    s
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idempotency claims, inside the caller's transaction.
+
+pub(crate) fn existing_claim(
+    tx: &Connection,
+    room: &str,
+    claim: Option<&IdempotencyClaim>,
+) -> Result<Option<IdempotencyRecord>> {
+    let Some(c) = claim else { return Ok(None) };
+    tx.query_row(
+        "SELECT key, operation, fingerprint, result_id, created_at FROM idempotency WHERE room_id = ? AND key = ?",
+        params![room, c.key],
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?,
+            ))
+        },
+    )
+    .optional()
+    .map_err(sql_err)?
+    .map(|(key, op, fingerprint, result_id, at)| {
+        Ok(IdempotencyRecord {
+            key,
+            operation: WriteOperation::parse(&op).ok_or_else(|| corrupt("idempotency operation", &op))?,
+            fingerprint,
+            result_id,
+            created_at: Timestamp::from_millis(at),
+        })
+    })
+    .transpose()
+}
+
+pub(crate) fn record_claim(tx: &Connection, room: &str, claim: Option<&IdempotencyClaim>) -> Result<()> {
+    if let Some(c) = claim {
+        tx.execute(
+            "INSERT INTO idempotency (room_id, key, operation, fingerprint, result_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            params![room, c.key, c.operation.as_str(), c.fingerprint, c.result_id, c.created_at.as_millis()],
+        )
+        .map_err(sql_err)?;
+    }
+    Ok(())
+}

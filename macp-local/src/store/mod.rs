@@ -1,0 +1,28 @@
+//! The store traits of `macp_core::store`, one file per domain, on [`SqliteStore`].
+
+mod agents;
+mod artifacts;
+mod entities;
+mod findings;
+mod rooms;
+mod search;
+
+use macp_core::store::{Capabilities, Store};
+
+use crate::db::SqliteStore;
+
+pub(crate) use findings::KeywordCache;
+pub(crate) use search::VectorCache;
+
+impl Store for SqliteStore {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // One writer connection orders commits within this process; another process opening
+        // the same file would serialise through SQLite's locks too, but the reader pool and
+        // blocking-task model are tuned for one serving process, so we do not claim it.
+        Capabilities::none().with_durable(true).with_keyword_search(true)
+    }
+}

@@ -1,0 +1,116 @@
+//! Rooms.
+
+use async_trait::async_trait;
+use macp_core::model::{Room, RoomStatus, VisibilityMode};
+use macp_core::store::{RoomKey, RoomStore};
+use macp_core::{Error, Result, RoomId, Timestamp, UserId};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Row, TransactionBehavior, params};
+
+use crate::db::*;
+
+// ---------------------------------------------------------------------------------------------
+// Row mapping. Each SELECT list below matches one `*_from_row` function.
+
+const ROOM_COLS: &str =
+    "room_id, name, objective, visibility_mode, created_at, created_by, tags, status, closed_at, closed_by";
+
+fn room_from_row(r: &Row<'_>) -> Result<Room> {
+    let g = |e: rusqlite::Error| sql_err(e);
+    Ok(Room {
+        room_id: parse(&r.get::<_, String>(0).map_err(g)?)?,
+        name: r.get(1).map_err(g)?,
+        objective: r.get(2).map_err(g)?,
+        visibility_mode: VisibilityMode::parse(&r.get::<_, String>(3).map_err(g)?)?,
+        created_at: Timestamp::from_millis(r.get(4).map_err(g)?),
+        created_by: UserId::new(r.get::<_, String>(5).map_err(g)?)?,
+        tags: from_json("room tags", &r.get::<_, String>(6).map_err(g)?)?,
+        status: RoomStatus::parse(&r.get::<_, String>(7).map_err(g)?)?,
+        closed_at: r.get::<_, Option<i64>>(8).map_err(g)?.map(Timestamp::from_millis),
+        closed_by: r.get::<_, Option<String>>(9).map_err(g)?.map(UserId::new).transpose()?,
+    })
+}
+
+#[async_trait]
+impl RoomStore for SqliteStore {
+    async fn insert_room(&self, room: &Room) -> Result<()> {
+        let room = room.clone();
+        self.write(move |c| {
+            c.execute(
+                &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                params![
+                    room.room_id.to_string(),
+                    room.name,
+                    room.objective,
+                    room.visibility_mode.as_str(),
+                    room.created_at.as_millis(),
+                    room.created_by.as_str(),
+                    to_json(&room.tags),
+                    room.status.as_str(),
+                    room.closed_at.map(|t| t.as_millis()),
+                    room.closed_by.as_ref().map(|u| u.as_str().to_owned()),
+                ],
+            )
+            .map_err(|e| {
+                if is_unique_violation(&e) {
+                    Error::AlreadyExists { what: "room", id: room.room_id.to_string() }
+                } else {
+                    sql_err(e)
+                }
+            })?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>> {
+        self.read(move |c| {
+            let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
+            Ok(query_all(c, &sql, &[text(room_id)], room_from_row)?.pop())
+        })
+        .await
+    }
+
+    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
+        let by = by.clone();
+        self.write(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+            tx.execute(
+                "UPDATE rooms SET status = 'closed', closed_at = ?, closed_by = ? WHERE room_id = ? AND status = 'active'",
+                params![at.as_millis(), by.as_str(), room_id.to_string()],
+            )
+            .map_err(sql_err)?;
+            let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
+            let room = query_all(&tx, &sql, &[text(room_id)], room_from_row)?.pop();
+            tx.commit().map_err(sql_err)?;
+            Ok(room)
+        })
+        .await
+    }
+
+    async fn list_rooms(
+        &self,
+        status: Option<RoomStatus>,
+        after: Option<RoomKey>,
+        limit: usize,
+    ) -> Result<Vec<Room>> {
+        self.read(move |c| {
+            let mut sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE 1 = 1");
+            let mut p = Vec::new();
+            if let Some(s) = status {
+                sql.push_str(" AND status = ?");
+                p.push(text(s.as_str()));
+            }
+            if let Some(k) = after {
+                sql.push_str(" AND (created_at < ? OR (created_at = ? AND room_id < ?))");
+                p.push(SqlValue::Integer(k.created_at.as_millis()));
+                p.push(SqlValue::Integer(k.created_at.as_millis()));
+                p.push(text(k.room_id));
+            }
+            sql.push_str(" ORDER BY created_at DESC, room_id DESC LIMIT ?");
+            p.push(SqlValue::Integer(limit as i64));
+            query_all(c, &sql, &p, room_from_row)
+        })
+        .await
+    }
+}

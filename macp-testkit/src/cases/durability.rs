@@ -1,0 +1,32 @@
+//! Durability: what a durable backend keeps across a reopen.
+
+use macp_core::Macp;
+use macp_core::model::RoomStatus;
+use macp_core::service::TimelineQuery;
+
+use crate::Backend;
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Durability
+
+/// On a durable backend, everything acknowledged is there when the data is opened again.
+pub async fn acknowledged_writes_survive_reopen(backend: Backend) {
+    if !backend.store.capabilities().durable {
+        eprintln!("skipped: backend does not declare durability");
+        return;
+    }
+    let reopen = backend.reopen.clone().expect("a durable backend provides reopen");
+    let f = Fixture::new(&backend).await;
+    let x = f.entity("x", "host", "x").await;
+    let y = f.entity("y", "host", "y").await;
+    f.link(x, "depends_on", y).await;
+    let posted = f.post("remember me", &["root-cause"]).await;
+    f.macp.close_room(&f.alice, f.room).await.unwrap();
+    let again = Macp::builder().store(reopen()).build().unwrap();
+    let t = again.timeline(&f.bob, TimelineQuery::new(f.room)).await.unwrap();
+    assert_eq!(t.findings, vec![posted]);
+    let s = again.room_summary(&f.bob, f.room).await.unwrap();
+    assert_eq!((s.room.status, s.entity_count, s.relationship_count), (RoomStatus::Closed, 2, 1));
+}
