@@ -186,7 +186,7 @@ pub async fn whole_message(req: axum::extract::Request, next: axum::middleware::
     };
     let rpc = match shape(&bytes) {
         Ok(rpc) => rpc,
-        Err(resp) => return resp,
+        Err((code, message)) => return rpc_error(code, message),
     };
     let streams = rpc.method.as_deref() == Some("subscriptions/listen");
     let mut req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
@@ -212,8 +212,9 @@ fn rpc_error(code: i64, message: String) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
-/// Checks that `bytes` is one JSON-RPC message and reads what the inner layers need of it.
-fn shape(bytes: &[u8]) -> Result<Rpc, Response> {
+/// Checks that `bytes` is one JSON-RPC message and reads what the inner layers need of it; else
+/// the JSON-RPC error code and message to answer with.
+fn shape(bytes: &[u8]) -> Result<Rpc, (i64, String)> {
     #[derive(serde::Deserialize)]
     struct Message<'a> {
         #[serde(borrow, default)]
@@ -230,20 +231,17 @@ fn shape(bytes: &[u8]) -> Result<Rpc, Response> {
     }
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         None => {
-            return Err(rpc_error(
-                -32700,
-                "Parse error: the request body is empty; send one JSON-RPC message".into(),
-            ));
+            return Err((-32700, "Parse error: the request body is empty; send one JSON-RPC message".into()));
         }
         Some(b'[') => {
-            return Err(rpc_error(
+            return Err((
                 -32600,
                 "Invalid Request: JSON-RPC batches are not supported (MCP removed them in 2025-06-18); send one message per request".into(),
             ));
         }
         Some(b'{') => {}
         Some(_) => {
-            return Err(rpc_error(-32600, "Invalid Request: a JSON-RPC message is a JSON object".into()));
+            return Err((-32600, "Invalid Request: a JSON-RPC message is a JSON object".into()));
         }
     }
     match serde_json::from_slice::<Message<'_>>(bytes) {
@@ -254,8 +252,8 @@ fn shape(bytes: &[u8]) -> Result<Rpc, Response> {
             };
             Ok(Rpc { method: m.method.map(|m| m.into_owned()), id: m.id, tool })
         }
-        Err(e) if e.is_data() => Err(rpc_error(-32600, format!("Invalid Request: {e}"))),
-        Err(e) => Err(rpc_error(-32700, format!("Parse error: {e}"))),
+        Err(e) if e.is_data() => Err((-32600, format!("Invalid Request: {e}"))),
+        Err(e) => Err((-32700, format!("Parse error: {e}"))),
     }
 }
 
