@@ -14,7 +14,9 @@
 //! shares only common words with the query is still a (weak) match. In a room of one or two
 //! findings every term is floored, and an exact identifier must still be found.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::{bm25_idf, keyword_terms, top_k};
 use crate::ids::FindingId;
@@ -23,18 +25,40 @@ use crate::store::{KeywordHit, KeywordSearch};
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
+/// Findings per segment. A clone of the index shares every full segment and copies at most the
+/// open one, so a reader can take a snapshot while writers keep adding (see [`KeywordIndex`]).
+const SEGMENT: usize = 512;
+
 /// Every token of `text` with repeats, tokenised like FTS5's unicode61.
 pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).flat_map(keyword_terms)
 }
 
 /// Postings and lengths of one room's findings.
+///
+/// Held in segments of [`SEGMENT`] findings: full segments are immutable and shared between
+/// clones, and only the open segment is copied when a clone that shares it is written to. That
+/// makes a clone a cheap snapshot: a search scores a clone while findings keep being added to
+/// the original, and neither waits for the other nor copies the room.
 #[derive(Debug, Clone, Default)]
 pub struct KeywordIndex {
+    sealed: Vec<Arc<Segment>>,
+    open: Arc<Segment>,
+    docs: usize,
+    total_len: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Segment {
     ids: Vec<FindingId>,
     lens: Vec<u32>,
-    total_len: u64,
+    /// Term to `(finding within the segment, term frequency)`.
     postings: HashMap<String, Vec<(u32, u32)>>,
+}
+
+thread_local! {
+    /// Per-thread score accumulator, reused across searches (a room's worth of f64s).
+    static SCORES: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
 }
 
 impl KeywordIndex {
@@ -45,76 +69,117 @@ impl KeywordIndex {
 
     /// Number of findings indexed.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.docs
     }
 
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.docs == 0
     }
 
     /// Indexes a finding's content (findings are immutable, so each is added once).
     pub fn add(&mut self, id: FindingId, content: &str) {
-        let doc = self.ids.len() as u32;
         let mut tf: HashMap<String, u32> = HashMap::new();
         let mut len = 0u32;
         for t in tokens(content) {
             *tf.entry(t).or_default() += 1;
             len += 1;
         }
+        let seg = Arc::make_mut(&mut self.open);
+        let doc = seg.ids.len() as u32;
         for (t, n) in tf {
-            self.postings.entry(t).or_default().push((doc, n));
+            seg.postings.entry(t).or_default().push((doc, n));
         }
-        self.ids.push(id);
-        self.lens.push(len);
+        seg.ids.push(id);
+        seg.lens.push(len);
+        self.docs += 1;
         self.total_len += u64::from(len);
+        if seg.ids.len() == SEGMENT {
+            self.sealed.push(std::mem::take(&mut self.open));
+        }
+    }
+
+    fn segment(&self, i: usize) -> &Segment {
+        self.sealed.get(i).map_or(&self.open, |s| s)
+    }
+
+    fn segments(&self) -> impl Iterator<Item = (usize, &Segment)> {
+        self.sealed.iter().map(|s| &**s).chain(std::iter::once(&*self.open)).enumerate()
+    }
+
+    /// Adds one term's BM25 contribution to the scores of the findings in its posting lists.
+    fn accumulate(
+        &self,
+        lists: &[(usize, &[(u32, u32)])],
+        idf: f64,
+        avg: f64,
+        scores: &mut [f64],
+        touched: &mut Vec<u32>,
+    ) {
+        for &(seg, list) in lists {
+            let lens = &self.segment(seg).lens;
+            let base = seg * SEGMENT;
+            for &(doc, tf) in list {
+                let tf = f64::from(tf);
+                let norm = K1 * (1.0 - B + B * f64::from(lens[doc as usize]) / avg);
+                let at = base + doc as usize;
+                if scores[at] == 0.0 {
+                    touched.push(at as u32);
+                }
+                scores[at] += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
     }
 
     /// The `limit` best findings containing at least one query term, and the sum of every
     /// distinct query term's idf.
     pub fn search(&self, query: &str, limit: usize) -> KeywordSearch {
         let terms = keyword_terms(query);
-        let n = self.ids.len() as u64;
+        let n = self.docs as u64;
         if terms.is_empty() || n == 0 {
             let ideal = terms.iter().map(|_| bm25_idf(n, 0)).sum();
             return KeywordSearch { hits: Vec::new(), ideal };
         }
         let avg = self.total_len as f64 / n as f64;
         let mut ideal = 0.0;
-        let mut scores: HashMap<u32, f64> = HashMap::new();
-        let add = |scores: &mut HashMap<u32, f64>, list: &[(u32, u32)], idf: f64| {
-            for &(doc, tf) in list {
-                let tf = f64::from(tf);
-                let norm = K1 * (1.0 - B + B * f64::from(self.lens[doc as usize]) / avg);
-                *scores.entry(doc).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
-            }
-        };
+        // Per term: its posting lists in every segment, and its document frequency.
+        let mut informative = Vec::new();
         let mut floored = Vec::new();
         for t in &terms {
-            let list = self.postings.get(t);
-            let df = list.map_or(0, Vec::len) as u64;
+            let lists: Vec<(usize, &[(u32, u32)])> =
+                self.segments().filter_map(|(i, s)| s.postings.get(t).map(|l| (i, l.as_slice()))).collect();
+            let df: u64 = lists.iter().map(|(_, l)| l.len() as u64).sum();
             let idf = bm25_idf(n, df);
             ideal += idf;
-            let Some(list) = list else { continue };
-            if idf <= 1e-6 {
-                floored.push((list, idf));
-            } else {
-                add(&mut scores, list, idf);
+            if lists.is_empty() {
+                continue;
             }
+            if idf <= 1e-6 { floored.push((lists, idf)) } else { informative.push((lists, idf)) }
         }
-        if scores.len() < limit {
-            for (list, idf) in floored {
-                add(&mut scores, list, idf);
+        SCORES.with_borrow_mut(|scores| {
+            scores.clear();
+            scores.resize(self.docs, 0.0);
+            let mut touched: Vec<u32> = Vec::new();
+            for (lists, idf) in &informative {
+                self.accumulate(lists, *idf, avg, scores, &mut touched);
             }
-        }
-        let mut ranked: Vec<(u32, f64)> = scores.into_iter().collect();
-        let better = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        top_k(&mut ranked, limit, better);
-        let hits = ranked
-            .into_iter()
-            .map(|(doc, score)| KeywordHit { finding_id: self.ids[doc as usize], score })
-            .collect();
-        KeywordSearch { hits, ideal }
+            if touched.len() < limit {
+                for (lists, idf) in &floored {
+                    self.accumulate(lists, *idf, avg, scores, &mut touched);
+                }
+            }
+            let mut ranked: Vec<(u32, f64)> = touched.iter().map(|&d| (d, scores[d as usize])).collect();
+            let better = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+            top_k(&mut ranked, limit, better);
+            let hits = ranked
+                .into_iter()
+                .map(|(doc, score)| {
+                    let doc = doc as usize;
+                    KeywordHit { finding_id: self.segment(doc / SEGMENT).ids[doc % SEGMENT], score }
+                })
+                .collect();
+            KeywordSearch { hits, ideal }
+        })
     }
 }
 
@@ -160,5 +225,39 @@ mod tests {
             [a],
             "only the finding that names it"
         );
+    }
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    /// Across segment boundaries, and in a clone taken mid-way (a search's snapshot), scores and
+    /// order are those of one flat index, and later adds never show in the snapshot.
+    #[test]
+    fn segments_and_snapshots_score_like_one_flat_index() {
+        let words = ["cache", "pool", "orders-db", "timeout", "deploy", "retry", "latency"];
+        let mut ix = KeywordIndex::new();
+        let mut ids = Vec::new();
+        for i in 0..(3 * SEGMENT + 17) {
+            let id = FindingId::generate();
+            ids.push(id);
+            let text = format!("{} {} {} {i}", words[i % 7], words[(i * 3) % 7], words[(i * 5 + 1) % 7]);
+            ix.add(id, &text);
+        }
+        let snapshot = ix.clone();
+        let later = FindingId::generate();
+        ix.add(later, "zebra crossing timeout");
+        assert_eq!(snapshot.len(), 3 * SEGMENT + 17);
+        assert_eq!(ix.len(), 3 * SEGMENT + 18);
+        let r = snapshot.search("orders-db timeout", 5);
+        assert_eq!(r.hits.len(), 5);
+        assert!(r.hits.windows(2).all(|w| w[0].score >= w[1].score));
+        // An exact number: finding 1543 is unique, wherever its segment.
+        let one = snapshot.search("1543", 10);
+        assert_eq!(one.hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(), [ids[1543]]);
+        // The later add is in the original only.
+        assert_eq!(ix.search("zebra", 10).hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(), [later]);
+        assert!(snapshot.search("zebra", 10).hits.is_empty());
     }
 }

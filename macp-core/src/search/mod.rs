@@ -166,7 +166,12 @@ pub fn keyword_terms(text: &str) -> Vec<String> {
     use unicode_normalization::char::is_combining_mark;
     let mut out: Vec<String> = Vec::new();
     for word in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let t: String = word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase).collect();
+        // Most words are ASCII, where decomposition changes nothing.
+        let t: String = if word.is_ascii() {
+            word.to_ascii_lowercase()
+        } else {
+            word.nfd().filter(|c| !is_combining_mark(*c)).flat_map(char::to_lowercase).collect()
+        };
         if !t.is_empty() && !out.contains(&t) {
             out.push(t);
         }
