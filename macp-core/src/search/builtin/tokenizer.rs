@@ -104,8 +104,13 @@ fn is_cjk(c: char) -> bool {
         | 0x2B740..=0x2B81F | 0x2B820..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F)
 }
 
+// ASCII fast paths below give the same answers as the Unicode tables, which are binary searches.
+
 fn is_control(c: char) -> bool {
-    !matches!(c, '\t' | '\n' | '\r') && c.is_other()
+    if c.is_ascii() {
+        return c.is_ascii_control() && !matches!(c, '\t' | '\n' | '\r');
+    }
+    c.is_other()
 }
 
 fn is_bert_whitespace(c: char) -> bool {
@@ -113,7 +118,10 @@ fn is_bert_whitespace(c: char) -> bool {
 }
 
 fn is_punctuation(c: char) -> bool {
-    c.is_ascii_punctuation() || c.is_punctuation()
+    if c.is_ascii() {
+        return c.is_ascii_punctuation();
+    }
+    c.is_punctuation()
 }
 
 /// BERT normalisation (uncased, accents stripped, CJK spaced, control characters removed).
@@ -132,6 +140,11 @@ pub fn normalize(text: &str) -> String {
         } else {
             cleaned.push(c);
         }
+    }
+    if cleaned.is_ascii() {
+        // Decomposition and mark stripping change nothing in ASCII.
+        cleaned.make_ascii_lowercase();
+        return cleaned;
     }
     cleaned.nfd().filter(|c| !c.is_mark_nonspacing()).flat_map(char::to_lowercase).collect()
 }
