@@ -228,10 +228,25 @@ impl Macp {
         };
         let claim =
             claim(key.as_ref(), WriteOperation::PostFinding, &print, finding.finding_id.to_string(), now);
-        let outcome = self.inner.store.append_finding(&finding, claim.as_ref()).await?;
+        // Where the index is the store itself, the vector is written with the post, which is
+        // then never pending; otherwise (or if the store declines) the post is committed pending
+        // and indexed after (see `service::search`).
+        let with_vector = match self.vector_for_post(&finding).await {
+            Some(v) => {
+                let indexed = Finding { index_status: IndexStatus::Indexed, ..finding.clone() };
+                self.inner.store.append_finding_with_vector(&indexed, claim.as_ref(), &v).await?
+            }
+            None => None,
+        };
+        let (outcome, indexed) = match with_vector {
+            Some(w) => (w, true),
+            None => (self.inner.store.append_finding(&finding, claim.as_ref()).await?, false),
+        };
         let (stored, replayed) = match outcome {
             Write::Applied(mut f) => {
-                self.index_after_post(&mut f).await;
+                if !indexed {
+                    self.index_after_post(&mut f).await;
+                }
                 (f, false)
             }
             Write::Replayed(rec) => {

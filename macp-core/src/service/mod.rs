@@ -185,7 +185,11 @@ impl MacpBuilder {
             });
         }
         let search = match (self.embedder, self.index) {
-            (Some(e), Some(i)) => Some(search::Search::new(e, i)),
+            (Some(e), Some(i)) => {
+                // The same object: a post's vector can be written with the post.
+                let colocated = std::ptr::addr_eq(Arc::as_ptr(&store), Arc::as_ptr(&i));
+                Some(search::Search::new(e, i, colocated))
+            }
             (None, None) => None,
             _ => {
                 return Err(Error::invalid(

@@ -64,13 +64,16 @@ impl Default for SearchConfig {
 pub(crate) struct Search {
     pub(crate) embedder: Arc<dyn Embedder>,
     pub(crate) index: Arc<dyn VectorIndex>,
+    /// The index is the store itself: a post can store its vector in the same write
+    /// ([`crate::store::FindingStore::append_finding_with_vector`]).
+    pub(crate) colocated: bool,
     verified: OnceCell<()>,
     in_flight: Mutex<HashSet<FindingId>>,
 }
 
 impl Search {
-    pub(crate) fn new(embedder: Arc<dyn Embedder>, index: Arc<dyn VectorIndex>) -> Self {
-        Self { embedder, index, verified: OnceCell::new(), in_flight: Mutex::new(HashSet::new()) }
+    pub(crate) fn new(embedder: Arc<dyn Embedder>, index: Arc<dyn VectorIndex>, colocated: bool) -> Self {
+        Self { embedder, index, colocated, verified: OnceCell::new(), in_flight: Mutex::new(HashSet::new()) }
     }
 
     fn model(&self) -> IndexModel {
@@ -232,6 +235,23 @@ impl Macp {
         .await;
         s.release(&claimed);
         result
+    }
+
+    /// The vector of a finding about to be posted, when the index is the store itself (so both
+    /// can be written at once); `None` when it is not, or embedding failed (the post then takes
+    /// the general path and never fails for it).
+    pub(crate) async fn vector_for_post(&self, finding: &Finding) -> Option<VectorRecord> {
+        let s = self.search_parts().filter(|s| s.colocated)?;
+        self.verify_index().await.ok()?;
+        let mut v = s.embedder.embed(std::slice::from_ref(&finding.content)).await.ok()?;
+        let vector = v.pop().filter(|v| v.len() == s.embedder.dimension())?;
+        Some(VectorRecord {
+            room_id: finding.room_id,
+            finding_id: finding.finding_id,
+            tags: finding.tags.clone(),
+            agent_id: finding.agent_id.clone(),
+            vector,
+        })
     }
 
     /// The inline half of the write protocol: best effort, never fails the post.

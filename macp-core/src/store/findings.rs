@@ -8,6 +8,7 @@ use super::*;
 use crate::error::Result;
 use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
 use crate::model::{Finding, IndexStatus};
+use crate::search::VectorRecord;
 
 /// Which findings to read. All filters combine with AND; `tags_any` matches a finding carrying
 /// at least one of the tags.
@@ -100,6 +101,28 @@ pub trait FindingStore: Send + Sync {
         finding: &Finding,
         claim: Option<&IdempotencyClaim>,
     ) -> Result<Write<Finding>>;
+
+    /// Appends a finding and its vector in one atomic write: [`append_finding`]'s contract, and
+    /// the vector stored as [`VectorIndex::upsert`] would, with `finding` already marked
+    /// `indexed`. Either both are stored or neither.
+    ///
+    /// The service calls it only when this store is also its [`VectorIndex`] (the same object),
+    /// so a post is indexed by the commit that stores it, with no window where it is pending.
+    /// Return `Ok(None)` (the default) to have the service take the general path instead:
+    /// append, then upsert, then mark indexed.
+    ///
+    /// [`append_finding`]: FindingStore::append_finding
+    /// [`VectorIndex`]: crate::search::VectorIndex
+    /// [`VectorIndex::upsert`]: crate::search::VectorIndex::upsert
+    async fn append_finding_with_vector(
+        &self,
+        finding: &Finding,
+        claim: Option<&IdempotencyClaim>,
+        vector: &VectorRecord,
+    ) -> Result<Option<Write<Finding>>> {
+        let _ = (finding, claim, vector);
+        Ok(None)
+    }
 
     /// Fetches findings by id (any order; unknown ids are omitted).
     async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>>;
