@@ -1,18 +1,23 @@
 //! The database connections: the builder, the writer and the reader pool, and the helpers
 //! every store file uses (error mapping, row helpers, idempotency claims inside a transaction).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use macp_core::model::{AgentSession, Room};
 use macp_core::store::{IdempotencyClaim, IdempotencyRecord, WriteOperation};
-use macp_core::{Error, Result, Timestamp};
+use macp_core::{AgentId, Error, Result, RoomId, Timestamp};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::data_dir::create_private_dir;
+use crate::indexes::RoomIndexes;
 use crate::schema;
-use crate::store::{KeywordCache, VectorCache};
+use crate::store::{RoomKeywords, RoomVectors};
+use crate::writer::{self, Effects, Job, Sync};
 
 /// The database file inside the data directory.
 pub const DB_FILE: &str = "macp.db";
@@ -118,15 +123,10 @@ impl SqliteStoreBuilder {
             ),
         })?;
         let readers = (0..self.readers).map(|_| self.connect(&path)).collect::<Result<Vec<_>>>()?;
+        let caches = Arc::new(Caches::default());
+        let writer = writer::start(writer, self.connect(&path)?, caches.clone(), self.durability)?;
         Ok(SqliteStore {
-            inner: Arc::new(Shared {
-                writer: Mutex::new(writer),
-                vectors: Mutex::new(VectorCache::default()),
-                keywords: Mutex::new(KeywordCache::default()),
-                readers: Mutex::new(readers),
-                path,
-                builder: self,
-            }),
+            inner: Arc::new(Shared { writer, caches, readers: Mutex::new(readers), path, builder: self }),
         })
     }
 
@@ -140,6 +140,8 @@ impl SqliteStoreBuilder {
         };
         conn.pragma_update(None, "synchronous", sync).map_err(sql_err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(sql_err)?;
+        // Every statement the store runs stays prepared (rusqlite keeps 16 by default).
+        conn.set_prepared_statement_cache_capacity(256);
         Ok(conn)
     }
 }
@@ -163,12 +165,27 @@ pub struct SqliteStore {
 }
 
 pub(crate) struct Shared {
-    pub(crate) writer: Mutex<Connection>,
-    pub(crate) vectors: Mutex<VectorCache>,
-    pub(crate) keywords: Mutex<KeywordCache>,
+    /// The writer thread's queue (see [`crate::writer`]).
+    pub(crate) writer: Sender<Job>,
+    pub(crate) caches: Arc<Caches>,
     pub(crate) readers: Mutex<Vec<Connection>>,
     pub(crate) path: PathBuf,
     pub(crate) builder: SqliteStoreBuilder,
+}
+
+/// What the store keeps in memory, kept current by the writer after each commit (in commit
+/// order). A [`SqliteStore`] is the only writer of its database (the data directory lock sees
+/// to it between processes), so these never miss a write.
+#[derive(Default)]
+pub(crate) struct Caches {
+    /// Rooms read or written: every call reads its room, every write checks it is active.
+    pub(crate) rooms: Mutex<HashMap<RoomId, Room>>,
+    /// Agent sessions read or written: every write checks its agent.
+    pub(crate) agents: Mutex<HashMap<(RoomId, AgentId), AgentSession>>,
+    /// Keyword indexes of the rooms searched.
+    pub(crate) keywords: RoomIndexes<RoomKeywords>,
+    /// Vector indexes of the rooms searched.
+    pub(crate) vectors: RoomIndexes<RoomVectors>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -220,16 +237,27 @@ impl SqliteStore {
             .map_err(|e| Error::backend("sqlite", false, format!("backup written but unreadable: {e}"), None))
     }
 
-    /// Runs `f` with the writer connection on the blocking pool.
-    pub(crate) async fn write<T, F>(&self, f: F) -> Result<T>
+    /// Runs `f` inside a write transaction on the writer thread, possibly together with other
+    /// writes (see [`crate::writer`]), and returns once it is committed with `sync`. `f` must
+    /// not commit; it records cache changes in its [`Effects`], applied after the commit.
+    pub(crate) async fn write<T, F>(&self, sync: Sync, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
     {
-        let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&mut lock(&inner.writer)))
-            .await
-            .map_err(|e| Error::backend("sqlite", true, format!("blocking task failed: {e}"), None))?
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner
+            .writer
+            .send(Job::new(sync, f, tx))
+            .map_err(|_| Error::backend("sqlite", false, "the store's writer thread has stopped", None))?;
+        rx.await.map_err(|_| {
+            Error::backend(
+                "sqlite",
+                true,
+                "the write failed before it was committed; nothing was written, retry",
+                None,
+            )
+        })?
     }
 
     /// Runs `f` with a reader connection on the blocking pool.
@@ -255,14 +283,45 @@ impl SqliteStore {
         .await
         .map_err(|e| Error::backend("sqlite", true, format!("blocking task failed: {e}"), None))?
     }
+
+    /// Runs `f` with a reader connection on the calling thread, for reads bounded by a few rows
+    /// (a room, an agent, counters, a page read through an index). Handing such a read to the
+    /// blocking pool costs two thread switches, several times the read itself; scans that grow
+    /// with a room stay on [`read`](Self::read).
+    pub(crate) async fn read_small<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let conn = lock(&self.inner.readers).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => self.inner.builder.connect(&self.inner.path)?,
+        };
+        let out = f(&conn);
+        let mut pool = lock(&self.inner.readers);
+        if pool.len() < self.inner.builder.readers {
+            pool.push(conn);
+        }
+        out
+    }
 }
 
-/// Maps a SQLite error: busy and locked are retryable, the rest are not.
+/// Maps a SQLite error: busy, locked and a full disk are retryable (the same write can succeed
+/// later), the rest are not.
 pub(crate) fn sql_err(e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode;
-    let retryable =
-        matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
-    Error::backend("sqlite", retryable, e.to_string(), Some(Box::new(e)))
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => Error::backend(
+            "sqlite",
+            true,
+            format!(
+                "the disk holding the data directory is full ({e}); nothing of this write was stored: \
+                 free space on it, then retry"
+            ),
+            Some(Box::new(e)),
+        ),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            Error::backend("sqlite", true, e.to_string(), Some(Box::new(e)))
+        }
+        _ => Error::backend("sqlite", false, e.to_string(), Some(Box::new(e))),
+    }
 }
 
 pub(crate) fn is_unique_violation(e: &rusqlite::Error) -> bool {
@@ -284,6 +343,22 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> 
 
 pub(crate) fn parse<T: std::str::FromStr<Err = Error>>(s: &str) -> Result<T> {
     s.parse()
+}
+
+/// `execute` through the connection's statement cache: the same statements run over and over,
+/// and parsing one costs more than running it.
+pub(crate) fn exec(c: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    c.prepare_cached(sql)?.execute(p)
+}
+
+/// `query_row` through the connection's statement cache (see [`exec`]).
+pub(crate) fn row<T>(
+    c: &Connection,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    c.prepare_cached(sql)?.query_row(p, f)
 }
 
 /// Runs a query and maps every row.
@@ -328,7 +403,7 @@ pub(crate) fn existing_claim(
     claim: Option<&IdempotencyClaim>,
 ) -> Result<Option<IdempotencyRecord>> {
     let Some(c) = claim else { return Ok(None) };
-    tx.query_row(
+    row(tx,
         "SELECT key, operation, fingerprint, result_id, created_at FROM idempotency WHERE room_id = ? AND key = ?",
         params![room, c.key],
         |r| {
@@ -357,7 +432,7 @@ pub(crate) fn existing_claim(
 
 pub(crate) fn record_claim(tx: &Connection, room: &str, claim: Option<&IdempotencyClaim>) -> Result<()> {
     if let Some(c) = claim {
-        tx.execute(
+        exec(tx,
             "INSERT INTO idempotency (room_id, key, operation, fingerprint, result_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             params![room, c.key, c.operation.as_str(), c.fingerprint, c.result_id, c.created_at.as_millis()],
         )

@@ -42,8 +42,10 @@
 pub mod blobs;
 mod data_dir;
 mod db;
+mod indexes;
 mod schema;
 mod store;
+mod writer;
 
 pub use data_dir::{BackupReport, DataDirLock, backup, lock_data_dir};
 pub use db::{DB_FILE, Durability, SqliteStore, SqliteStoreBuilder, default_data_dir};

@@ -153,6 +153,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     ) STRICT;
     "#,
+    // 2: counters kept by each append, so the room context and summary read no more than a row
+    // per room and per tag however large the room; and no full-text table. Nothing queried
+    // findings_fts (search keeps its own BM25 index per room in memory), yet every post wrote
+    // several of its pages.
+    r#"
+    DROP TABLE findings_fts;
+    ALTER TABLE rooms ADD COLUMN last_finding_at INTEGER;
+    UPDATE rooms SET last_finding_at =
+        (SELECT f.created_at FROM findings f WHERE f.room_id = rooms.room_id ORDER BY f.seq DESC LIMIT 1);
+    CREATE TABLE room_tags (
+        room_id  TEXT NOT NULL,
+        tag      TEXT NOT NULL,
+        findings INTEGER NOT NULL,
+        PRIMARY KEY (room_id, tag)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO room_tags (room_id, tag, findings)
+        SELECT room_id, tag, count(*) FROM finding_tags GROUP BY room_id, tag;
+    "#,
 ];
 
 /// The schema version this build writes.

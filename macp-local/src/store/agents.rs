@@ -4,9 +4,10 @@ use async_trait::async_trait;
 use macp_core::model::{AgentSession, AgentStatus};
 use macp_core::store::{AgentStore, AgentUpdate, Insert};
 use macp_core::{AgentId, Result, RoomId, Timestamp, UserId};
-use rusqlite::{Row, TransactionBehavior, params};
+use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::writer::Sync;
 
 const AGENT_COLS: &str = "room_id, agent_id, user_id, joined_at, last_active, agent_type, agent_status, status_reason, status_updated_at";
 
@@ -29,15 +30,15 @@ fn agent_from_row(r: &Row<'_>) -> Result<AgentSession> {
 impl AgentStore for SqliteStore {
     async fn insert_agent(&self, s: &AgentSession) -> Result<Insert<AgentSession>> {
         let s = s.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |c, fx| {
             let sql = format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
             if let Some(existing) =
-                query_all(&tx, &sql, &[text(s.room_id), text(&s.agent_id)], agent_from_row)?.pop()
+                query_all(c, &sql, &[text(s.room_id), text(&s.agent_id)], agent_from_row)?.pop()
             {
                 return Ok(Insert::Existing(existing));
             }
-            tx.execute(
+            exec(
+                c,
                 &format!("INSERT INTO agent_sessions ({AGENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                 params![
                     s.room_id.to_string(),
@@ -52,23 +53,37 @@ impl AgentStore for SqliteStore {
                 ],
             )
             .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)?;
+            let cached = s.clone();
+            fx.then(move |caches| {
+                lock(&caches.agents).insert((cached.room_id, cached.agent_id.clone()), cached);
+            });
             Ok(Insert::Inserted(s))
         })
         .await
     }
 
     async fn get_agent(&self, room_id: RoomId, agent_id: &AgentId) -> Result<Option<AgentSession>> {
+        let key = (room_id, agent_id.clone());
+        if let Some(a) = lock(&self.inner.caches.agents).get(&key) {
+            return Ok(Some(a.clone()));
+        }
         let agent_id = agent_id.clone();
-        self.read(move |c| {
-            let sql = format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
-            Ok(query_all(c, &sql, &[text(room_id), text(agent_id)], agent_from_row)?.pop())
-        })
-        .await
+        let agent = self
+            .read_small(move |c| {
+                let sql =
+                    format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
+                Ok(query_all(c, &sql, &[text(room_id), text(agent_id)], agent_from_row)?.pop())
+            })
+            .await?;
+        if let Some(a) = &agent {
+            // Never over a newer row a write put there meanwhile (the writer inserts after commit).
+            lock(&self.inner.caches.agents).entry(key).or_insert_with(|| a.clone());
+        }
+        Ok(agent)
     }
 
     async fn list_agents(&self, room_id: RoomId) -> Result<Vec<AgentSession>> {
-        self.read(move |c| {
+        self.read_small(move |c| {
             let sql = format!(
                 "SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? ORDER BY joined_at, agent_id"
             );
@@ -84,33 +99,38 @@ impl AgentStore for SqliteStore {
         u: &AgentUpdate,
     ) -> Result<Option<AgentSession>> {
         let (agent_id, u) = (agent_id.clone(), u.clone());
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        // Refreshing `last_active` alone is advisory: it need not wait for an fsync.
+        let sync = if u.agent_type.is_none() && u.status.is_none() { Sync::Lazy } else { Sync::Durable };
+        self.write(sync, move |tx, fx| {
             let (r, a) = (room_id.to_string(), agent_id.to_string());
             if let Some(t) = u.last_active {
-                tx.execute(
+                exec(tx,
                     "UPDATE agent_sessions SET last_active = max(last_active, ?) WHERE room_id = ? AND agent_id = ?",
                     params![t.as_millis(), r, a],
                 )
                 .map_err(sql_err)?;
             }
             if let Some(t) = &u.agent_type {
-                tx.execute(
+                exec(tx,
                     "UPDATE agent_sessions SET agent_type = ? WHERE room_id = ? AND agent_id = ?",
                     params![t, r, a],
                 )
                 .map_err(sql_err)?;
             }
             if let Some((status, reason, at)) = &u.status {
-                tx.execute(
+                exec(tx,
                     "UPDATE agent_sessions SET agent_status = ?, status_reason = ?, status_updated_at = ? WHERE room_id = ? AND agent_id = ?",
                     params![status.as_str(), reason, at.as_millis(), r, a],
                 )
                 .map_err(sql_err)?;
             }
             let sql = format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
-            let out = query_all(&tx, &sql, &[text(&r), text(&a)], agent_from_row)?.pop();
-            tx.commit().map_err(sql_err)?;
+            let out = query_all(tx, &sql, &[text(&r), text(&a)], agent_from_row)?.pop();
+            if let Some(s) = out.clone() {
+                fx.then(move |caches| {
+                    lock(&caches.agents).insert((s.room_id, s.agent_id.clone()), s);
+                });
+            }
             Ok(out)
         })
         .await

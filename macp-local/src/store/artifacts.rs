@@ -5,9 +5,10 @@ use macp_core::model::Artifact;
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyClaim, Write};
 use macp_core::{AgentId, ArtifactId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, TransactionBehavior, params};
+use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::writer::Sync;
 
 const ARTIFACT_COLS: &str = "room_id, artifact_id, key, content_type, size, uploaded_by, agent_id, uploaded_at, description, linked_finding_ids, linked_entity_ids, idempotency_key";
 
@@ -37,13 +38,13 @@ impl ArtifactStore for SqliteStore {
         claim: Option<&IdempotencyClaim>,
     ) -> Result<Write<Artifact>> {
         let (a, claim) = (a.clone(), claim.cloned());
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, _| {
             let room = a.room_id.to_string();
-            if let Some(rec) = existing_claim(&tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
                 return Ok(Write::Replayed(rec));
             }
-            tx.execute(
+            exec(
+                tx,
                 &format!(
                     "INSERT INTO artifacts ({ARTIFACT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
@@ -69,8 +70,7 @@ impl ArtifactStore for SqliteStore {
                     sql_err(e)
                 }
             })?;
-            record_claim(&tx, &room, claim.as_ref())?;
-            tx.commit().map_err(sql_err)?;
+            record_claim(tx, &room, claim.as_ref())?;
             Ok(Write::Applied(a))
         })
         .await
@@ -81,7 +81,7 @@ impl ArtifactStore for SqliteStore {
             return Ok(Vec::new());
         }
         let ids: Vec<SqlValue> = ids.iter().map(text).collect();
-        self.read(move |c| {
+        self.read_small(move |c| {
             let sql = format!(
                 "SELECT {ARTIFACT_COLS} FROM artifacts WHERE room_id = ? AND artifact_id IN {}",
                 placeholders(ids.len())
@@ -121,12 +121,10 @@ impl ArtifactStore for SqliteStore {
     }
 
     async fn count_artifacts(&self, room_id: RoomId) -> Result<u64> {
-        self.read(move |c| {
-            c.query_row(
-                "SELECT count(*) FROM artifacts WHERE room_id = ?",
-                params![room_id.to_string()],
-                |r| r.get::<_, i64>(0),
-            )
+        self.read_small(move |c| {
+            row(c, "SELECT count(*) FROM artifacts WHERE room_id = ?", params![room_id.to_string()], |r| {
+                r.get::<_, i64>(0)
+            })
             .map(|n| n as u64)
             .map_err(sql_err)
         })

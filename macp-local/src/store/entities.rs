@@ -7,10 +7,11 @@ use macp_core::store::{
 };
 use macp_core::{AgentId, EntityId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::{Map, Value};
 
 use crate::db::*;
+use crate::writer::Sync;
 
 const ENTITY_COLS: &str = "room_id, entity_id, name, entity_type, identifiers, properties, created_by, agent_id, created_at, merged_into";
 
@@ -74,17 +75,16 @@ fn entity_in(tx: &Connection, room: &str, id: EntityId) -> Result<Option<Entity>
 impl EntityStore for SqliteStore {
     async fn create_entity(&self, e: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity> {
         let (e, claim) = (e.clone(), claim.cloned());
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, _| {
             let room = e.room_id.to_string();
-            if let Some(rec) = existing_claim(&tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
                 return Ok(CreateEntity::Replayed(rec));
             }
-            let taken = claims_of(&tx, &room, &e.identifiers)?;
+            let taken = claims_of(tx, &room, &e.identifiers)?;
             if !taken.is_empty() {
                 return Ok(CreateEntity::IdentifiersTaken(taken));
             }
-            tx.execute(
+            exec(tx,
                 &format!("INSERT INTO entities ({ENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                 params![
                     room,
@@ -101,14 +101,13 @@ impl EntityStore for SqliteStore {
             )
             .map_err(sql_err)?;
             for i in &e.identifiers {
-                tx.execute(
+                exec(tx,
                     "INSERT INTO identifier_claims (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
                     params![room, i.id_type, i.value, e.entity_id.to_string()],
                 )
                 .map_err(sql_err)?;
             }
-            record_claim(&tx, &room, claim.as_ref())?;
-            tx.commit().map_err(sql_err)?;
+            record_claim(tx, &room, claim.as_ref())?;
             Ok(CreateEntity::Created(e))
         })
         .await
@@ -123,21 +122,20 @@ impl EntityStore for SqliteStore {
         claim: Option<&IdempotencyClaim>,
     ) -> Result<AttachEntity> {
         let (identifiers, properties, claim) = (identifiers.to_vec(), properties.clone(), claim.cloned());
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, _| {
             let room = room_id.to_string();
-            if let Some(rec) = existing_claim(&tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
                 return Ok(AttachEntity::Replayed(rec));
             }
-            let mut entity = entity_in(&tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
-            let taken = claims_of(&tx, &room, &identifiers)?;
+            let mut entity = entity_in(tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
+            let taken = claims_of(tx, &room, &identifiers)?;
             let mut claimed_elsewhere = Vec::new();
             for i in &identifiers {
                 match taken.iter().find(|(t, _)| t == i) {
                     Some((_, holder)) if *holder != entity_id => claimed_elsewhere.push((i.clone(), *holder)),
                     Some(_) => {}
                     None => {
-                        tx.execute(
+                        exec(tx,
                             "INSERT INTO identifier_claims (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
                             params![room, i.id_type, i.value, entity_id.to_string()],
                         )
@@ -151,13 +149,12 @@ impl EntityStore for SqliteStore {
             for (k, v) in properties {
                 entity.properties.entry(k).or_insert(v);
             }
-            tx.execute(
+            exec(tx,
                 "UPDATE entities SET identifiers = ?, properties = ? WHERE room_id = ? AND entity_id = ?",
                 params![to_json(&entity.identifiers), to_json(&entity.properties), room, entity_id.to_string()],
             )
             .map_err(sql_err)?;
-            record_claim(&tx, &room, claim.as_ref())?;
-            tx.commit().map_err(sql_err)?;
+            record_claim(tx, &room, claim.as_ref())?;
             Ok(AttachEntity::Attached { entity, claimed_elsewhere })
         })
         .await
@@ -168,7 +165,7 @@ impl EntityStore for SqliteStore {
             return Ok(Vec::new());
         }
         let ids: Vec<SqlValue> = ids.iter().map(text).collect();
-        self.read(move |c| {
+        self.read_small(move |c| {
             let sql = format!(
                 "SELECT {ENTITY_COLS} FROM entities WHERE room_id = ? AND entity_id IN {}",
                 placeholders(ids.len())
@@ -186,7 +183,7 @@ impl EntityStore for SqliteStore {
         after: Option<EntityId>,
         limit: usize,
     ) -> Result<Vec<Entity>> {
-        self.read(move |c| {
+        self.read_small(move |c| {
             let sql = format!(
                 "SELECT {ENTITY_COLS} FROM entities WHERE room_id = ? AND entity_id > ? ORDER BY entity_id LIMIT ?"
             );
@@ -197,7 +194,7 @@ impl EntityStore for SqliteStore {
     }
 
     async fn entity_aliases(&self, room_id: RoomId) -> Result<Vec<(EntityId, EntityId)>> {
-        self.read(move |c| {
+        self.read_small(move |c| {
             query_all(
                 c,
                 "SELECT entity_id, merged_into FROM entities WHERE room_id = ? AND merged_into IS NOT NULL",
@@ -219,32 +216,32 @@ impl EntityStore for SqliteStore {
         identifiers: &[Identifier],
     ) -> Result<Vec<(Identifier, EntityId)>> {
         let identifiers = identifiers.to_vec();
-        self.read(move |c| claims_of(c, &room_id.to_string(), &identifiers)).await
+        self.read_small(move |c| claims_of(c, &room_id.to_string(), &identifiers)).await
     }
 
     async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, _| {
             let room = room_id.to_string();
-            let mut w = entity_in(&tx, &room, winner)?.ok_or_else(|| Error::not_found("entity", winner))?;
-            let l = entity_in(&tx, &room, loser)?.ok_or_else(|| Error::not_found("entity", loser))?;
+            let mut w = entity_in(tx, &room, winner)?.ok_or_else(|| Error::not_found("entity", winner))?;
+            let l = entity_in(tx, &room, loser)?.ok_or_else(|| Error::not_found("entity", loser))?;
             if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
                 return Err(Error::conflict("one of the entities was merged concurrently"));
             }
             w.identifiers.extend(l.identifiers);
             w.identifiers.sort();
             w.identifiers.dedup();
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE entities SET merged_into = ? WHERE room_id = ? AND entity_id = ?",
                 params![winner.to_string(), room, loser.to_string()],
             )
             .map_err(sql_err)?;
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE entities SET identifiers = ? WHERE room_id = ? AND entity_id = ?",
                 params![to_json(&w.identifiers), room, winner.to_string()],
             )
             .map_err(sql_err)?;
-            tx.commit().map_err(sql_err)?;
             Ok(w)
         })
         .await
@@ -256,10 +253,9 @@ impl EntityStore for SqliteStore {
         claim: Option<&IdempotencyClaim>,
     ) -> Result<Write<(Relationship, bool)>> {
         let (rel, claim) = (rel.clone(), claim.cloned());
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, _| {
             let room = rel.room_id.to_string();
-            if let Some(rec) = existing_claim(&tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
                 return Ok(Write::Replayed(rec));
             }
             let key = [
@@ -271,7 +267,7 @@ impl EntityStore for SqliteStore {
             let sql = format!(
                 "SELECT {REL_COLS} FROM relationships WHERE room_id = ? AND source_entity_id = ? AND relationship_type = ? AND target_entity_id = ?"
             );
-            let out = match query_all(&tx, &sql, &key, rel_from_row)?.pop() {
+            let out = match query_all(tx, &sql, &key, rel_from_row)?.pop() {
                 Some(mut existing) => {
                     for ev in &rel.evidence {
                         if !existing.evidence.contains(ev) {
@@ -281,7 +277,7 @@ impl EntityStore for SqliteStore {
                     if existing.description.is_none() {
                         existing.description = rel.description.clone();
                     }
-                    tx.execute(
+                    exec(tx,
                         "UPDATE relationships SET evidence = ?, description = ? WHERE room_id = ? AND source_entity_id = ? AND relationship_type = ? AND target_entity_id = ?",
                         params![
                             to_json(&existing.evidence),
@@ -296,7 +292,7 @@ impl EntityStore for SqliteStore {
                     (existing, false)
                 }
                 None => {
-                    tx.execute(
+                    exec(tx,
                         &format!("INSERT INTO relationships ({REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                         params![
                             room,
@@ -315,8 +311,7 @@ impl EntityStore for SqliteStore {
                     (rel, true)
                 }
             };
-            record_claim(&tx, &room, claim.as_ref())?;
-            tx.commit().map_err(sql_err)?;
+            record_claim(tx, &room, claim.as_ref())?;
             Ok(Write::Applied(out))
         })
         .await
@@ -324,7 +319,7 @@ impl EntityStore for SqliteStore {
 
     async fn get_relationship(&self, room_id: RoomId, key: &RelationshipKey) -> Result<Option<Relationship>> {
         let key = key.clone();
-        self.read(move |c| {
+        self.read_small(move |c| {
             let sql = format!(
                 "SELECT {REL_COLS} FROM relationships WHERE room_id = ? AND source_entity_id = ? AND relationship_type = ? AND target_entity_id = ?"
             );
@@ -339,7 +334,7 @@ impl EntityStore for SqliteStore {
             return Ok(Vec::new());
         }
         let ids: Vec<SqlValue> = ids.iter().map(text).collect();
-        self.read(move |c| {
+        self.read_small(move |c| {
             let ph = placeholders(ids.len());
             let sql = format!(
                 "SELECT {REL_COLS} FROM relationships WHERE room_id = ? AND (source_entity_id IN {ph} OR target_entity_id IN {ph})
@@ -360,7 +355,7 @@ impl EntityStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<Relationship>> {
         let after = after.cloned();
-        self.read(move |c| {
+        self.read_small(move |c| {
             let mut sql = format!("SELECT {REL_COLS} FROM relationships WHERE room_id = ?");
             let mut p = vec![text(room_id)];
             if let Some(k) = after {
@@ -375,7 +370,7 @@ impl EntityStore for SqliteStore {
     }
 
     async fn relationship_degrees(&self, room_id: RoomId) -> Result<Vec<(EntityId, u64)>> {
-        self.read(move |c| {
+        self.read_small(move |c| {
             query_all(
                 c,
                 "SELECT id, count(*) FROM (
@@ -391,8 +386,9 @@ impl EntityStore for SqliteStore {
     }
 
     async fn entity_stats(&self, room_id: RoomId) -> Result<EntityStats> {
-        self.read(move |c| {
-            c.query_row(
+        self.read_small(move |c| {
+            row(
+                c,
                 "SELECT
                     (SELECT count(*) FROM entities WHERE room_id = ?1 AND merged_into IS NULL),
                     (SELECT count(*) FROM entities WHERE room_id = ?1 AND merged_into IS NOT NULL),

@@ -5,13 +5,17 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use macp_core::model::{Finding, IndexStatus};
+use macp_core::search::VectorRecord;
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyClaim, KeywordSearch, Write};
 use macp_core::{AgentId, Error, FindingId, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::db::*;
+use crate::indexes::RoomIndex;
+use crate::store::search::put_vectors;
+use crate::writer::{Effects, Sync};
 
 const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, index_status, idempotency_key, created_at";
 
@@ -37,63 +41,22 @@ fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
 impl FindingStore for SqliteStore {
     async fn append_finding(&self, f: &Finding, claim: Option<&IdempotencyClaim>) -> Result<Write<Finding>> {
         let (f, claim) = (f.clone(), claim.cloned());
-        let inner = self.inner.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            let room = f.room_id.to_string();
-            if let Some(rec) = existing_claim(&tx, &room, claim.as_ref())? {
-                return Ok(Write::Replayed(rec));
+        self.write(Sync::Durable, move |tx, fx| append(tx, f, claim.as_ref(), fx)).await
+    }
+
+    async fn append_finding_with_vector(
+        &self,
+        f: &Finding,
+        claim: Option<&IdempotencyClaim>,
+        vector: &VectorRecord,
+    ) -> Result<Option<Write<Finding>>> {
+        let (f, claim, vector) = (f.clone(), claim.cloned(), vector.clone());
+        self.write(Sync::Durable, move |tx, fx| {
+            let out = append(tx, f, claim.as_ref(), fx)?;
+            if let Write::Applied(_) = out {
+                put_vectors(tx, vec![vector], fx)?;
             }
-            // The sequence is bumped inside the write transaction, so seq order is commit order.
-            let seq: i64 = tx
-                .query_row(
-                    "UPDATE rooms SET last_seq = last_seq + 1 WHERE room_id = ? RETURNING last_seq",
-                    params![room],
-                    |r| r.get(0),
-                )
-                .optional()
-                .map_err(sql_err)?
-                .ok_or_else(|| Error::not_found("room", &room))?;
-            tx.execute(
-                &format!("INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                params![
-                    room,
-                    f.finding_id.to_string(),
-                    seq,
-                    f.content,
-                    f.agent_id.as_str(),
-                    f.user_id.as_str(),
-                    to_json(&f.tags),
-                    to_json(&f.entity_refs),
-                    to_json(&f.evidence),
-                    f.index_status.as_str(),
-                    f.idempotency_key,
-                    f.created_at.as_millis(),
-                ],
-            )
-            .map_err(sql_err)?;
-            let rowid = tx.last_insert_rowid();
-            for t in &f.tags {
-                tx.execute(
-                    "INSERT INTO finding_tags (room_id, tag, seq) VALUES (?, ?, ?)",
-                    params![room, t, seq],
-                )
-                .map_err(sql_err)?;
-            }
-            tx.execute("INSERT INTO findings_fts (rowid, content) VALUES (?, ?)", params![rowid, f.content])
-                .map_err(sql_err)?;
-            record_claim(&tx, &room, claim.as_ref())?;
-            tx.commit().map_err(sql_err)?;
-            // Still under the writer lock: cache updates apply in commit order.
-            let mut cache = lock(&inner.keywords);
-            cache.generation += 1;
-            if let Some(ix) = cache.rooms.get_mut(&f.room_id) {
-                Arc::make_mut(ix).add(f.finding_id, &f.content);
-            }
-            drop(cache);
-            let mut stored = f;
-            stored.seq = seq as u64;
-            Ok(Write::Applied(stored))
+            Ok(Some(out))
         })
         .await
     }
@@ -103,7 +66,7 @@ impl FindingStore for SqliteStore {
             return Ok(Vec::new());
         }
         let ids: Vec<SqlValue> = ids.iter().map(text).collect();
-        self.read(move |c| {
+        self.read_small(move |c| {
             // `+room_id` keeps the planner on the finding_id index: a lookup of a few ids must not
             // become a scan of the room through the (room_id, seq) index.
             let sql = format!(
@@ -118,8 +81,14 @@ impl FindingStore for SqliteStore {
     }
 
     async fn list_findings(&self, room_id: RoomId, q: &FindingQuery) -> Result<Vec<Finding>> {
+        // A page read along the sequence is bounded by its limit; a filtered one may scan far.
+        let plain = q.tags_any.is_empty()
+            && q.agent_id.is_none()
+            && q.since.is_none()
+            && q.until.is_none()
+            && q.limit <= 1000;
         let q = q.clone();
-        self.read(move |c| {
+        let read = move |c: &Connection| {
             let mut sql = format!("SELECT {FINDING_COLS} FROM findings WHERE room_id = ? AND seq > ?");
             let mut p = vec![text(room_id), SqlValue::Integer(q.after_seq as i64)];
             if let Some(b) = q.before_seq {
@@ -153,8 +122,8 @@ impl FindingStore for SqliteStore {
             });
             p.push(SqlValue::Integer(q.limit as i64));
             query_all(c, &sql, &p, finding_from_row)
-        })
-        .await
+        };
+        if plain { self.read_small(read).await } else { self.read(read).await }
     }
 
     async fn set_index_status(
@@ -163,12 +132,15 @@ impl FindingStore for SqliteStore {
         finding_id: FindingId,
         status: IndexStatus,
     ) -> Result<()> {
-        self.write(move |c| {
+        // Marking a finding indexed is derived state: lost in a crash, the finding is pending
+        // again and the reconciler indexes it once more. Marking it pending must last.
+        let sync = if status == IndexStatus::Indexed { Sync::Lazy } else { Sync::Durable };
+        self.write(sync, move |c, _| {
             let n = c
-                .execute(
-                    "UPDATE findings SET index_status = ? WHERE room_id = ? AND finding_id = ?",
-                    params![status.as_str(), room_id.to_string(), finding_id.to_string()],
-                )
+                .prepare_cached("UPDATE findings SET index_status = ? WHERE room_id = ? AND finding_id = ?")
+                .and_then(|mut st| {
+                    st.execute(params![status.as_str(), room_id.to_string(), finding_id.to_string()])
+                })
                 .map_err(sql_err)?;
             if n == 0 {
                 return Err(Error::not_found("finding", finding_id));
@@ -195,8 +167,8 @@ impl FindingStore for SqliteStore {
     }
 
     async fn mark_all_pending(&self) -> Result<u64> {
-        self.write(|c| {
-            c.execute("UPDATE findings SET index_status = 'pending' WHERE index_status <> 'pending'", [])
+        self.write(Sync::Durable, |c, _| {
+            exec(c, "UPDATE findings SET index_status = 'pending' WHERE index_status <> 'pending'", [])
                 .map(|n| n as u64)
                 .map_err(sql_err)
         })
@@ -204,20 +176,18 @@ impl FindingStore for SqliteStore {
     }
 
     async fn finding_stats(&self, room_id: RoomId) -> Result<FindingStats> {
-        self.read(move |c| {
+        // Counters kept by each append: no scan of the room's findings. Findings are never
+        // deleted one by one, so the gap-free sequence's last number is also their count.
+        self.read_small(move |c| {
             let room = room_id.to_string();
-            let (total, last_seq, last_at): (i64, Option<i64>, Option<i64>) = c
-                .query_row(
-                    "SELECT count(*), max(seq), (SELECT created_at FROM findings WHERE room_id = ?1 ORDER BY seq DESC LIMIT 1)
-                     FROM findings WHERE room_id = ?1",
-                    params![room],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .map_err(sql_err)?;
+            let (last_seq, last_at): (i64, Option<i64>) = c
+                .prepare_cached("SELECT last_seq, last_finding_at FROM rooms WHERE room_id = ?")
+                .and_then(|mut st| st.query_row(params![room], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .map_err(sql_err)?
+                .unwrap_or((0, None));
             let mut tag_counts = BTreeMap::new();
-            let mut stmt = c
-                .prepare_cached("SELECT tag, count(*) FROM finding_tags WHERE room_id = ? GROUP BY tag")
-                .map_err(sql_err)?;
+            let mut stmt =
+                c.prepare_cached("SELECT tag, findings FROM room_tags WHERE room_id = ?").map_err(sql_err)?;
             let rows = stmt
                 .query_map(params![room], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
                 .map_err(sql_err)?;
@@ -226,8 +196,8 @@ impl FindingStore for SqliteStore {
                 tag_counts.insert(t, n as u64);
             }
             Ok(FindingStats {
-                total: total as u64,
-                last_seq: last_seq.unwrap_or(0) as u64,
+                total: last_seq as u64,
+                last_seq: last_seq as u64,
                 last_created_at: last_at.map(Timestamp::from_millis),
                 tag_counts,
             })
@@ -237,49 +207,126 @@ impl FindingStore for SqliteStore {
 
     async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
         let index = self.room_keywords(room_id).await?;
+        // A small room is scored at once; a large one off the async workers.
+        if index.index.len() < 20_000 {
+            return Ok(index.index.search(query, limit));
+        }
         let query = query.to_owned();
-        tokio::task::spawn_blocking(move || index.search(&query, limit))
+        tokio::task::spawn_blocking(move || index.index.search(&query, limit))
             .await
             .map_err(|e| Error::backend("sqlite", true, format!("keyword task failed: {e}"), None))
     }
 }
 
-/// Per-room in-memory keyword indexes (see [`macp_core::search::keyword`]), loaded from the
-/// findings table on first use and kept current by appends. The generation counter tells a
-/// loader whether an append raced its read; its snapshot is then used once and not cached.
-#[derive(Debug, Default)]
-pub(crate) struct KeywordCache {
-    rooms: std::collections::HashMap<RoomId, Arc<KeywordIndex>>,
-    generation: u64,
+/// Appends a finding inside the caller's transaction (see [`FindingStore::append_finding`]).
+fn append(
+    tx: &Connection,
+    f: Finding,
+    claim: Option<&IdempotencyClaim>,
+    fx: &mut Effects,
+) -> Result<Write<Finding>> {
+    let room = f.room_id.to_string();
+    if let Some(rec) = existing_claim(tx, &room, claim)? {
+        return Ok(Write::Replayed(rec));
+    }
+    // The sequence is bumped inside the write transaction, so seq order is commit order.
+    let seq: i64 = tx
+        .prepare_cached(
+            "UPDATE rooms SET last_seq = last_seq + 1, last_finding_at = ? WHERE room_id = ? RETURNING last_seq",
+        )
+        .and_then(|mut st| st.query_row(params![f.created_at.as_millis(), room], |r| r.get(0)).optional())
+        .map_err(sql_err)?
+        .ok_or_else(|| Error::not_found("room", &room))?;
+    tx.prepare_cached(&format!(
+        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            room,
+            f.finding_id.to_string(),
+            seq,
+            f.content,
+            f.agent_id.as_str(),
+            f.user_id.as_str(),
+            to_json(&f.tags),
+            to_json(&f.entity_refs),
+            to_json(&f.evidence),
+            f.index_status.as_str(),
+            f.idempotency_key,
+            f.created_at.as_millis(),
+        ])
+    })
+    .map_err(sql_err)?;
+    for t in &f.tags {
+        tx.prepare_cached("INSERT INTO finding_tags (room_id, tag, seq) VALUES (?, ?, ?)")
+            .and_then(|mut st| st.execute(params![room, t, seq]))
+            .map_err(sql_err)?;
+        tx.prepare_cached(
+            "INSERT INTO room_tags (room_id, tag, findings) VALUES (?, ?, 1)
+             ON CONFLICT (room_id, tag) DO UPDATE SET findings = findings + 1",
+        )
+        .and_then(|mut st| st.execute(params![room, t]))
+        .map_err(sql_err)?;
+    }
+    record_claim(tx, &room, claim)?;
+    let mut stored = f;
+    stored.seq = seq as u64;
+    let added = (stored.seq, stored.finding_id, stored.content.clone());
+    let room_id = stored.room_id;
+    fx.then(move |caches| caches.keywords.apply(room_id, added));
+    Ok(Write::Applied(stored))
+}
+
+/// A room's keyword index (see [`macp_core::search::keyword`]) and the last finding it holds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RoomKeywords {
+    index: KeywordIndex,
+    last_seq: u64,
+}
+
+impl RoomIndex for RoomKeywords {
+    /// A committed finding: `(seq, id, content)`.
+    type Op = (u64, FindingId, String);
+
+    fn apply(&mut self, (seq, id, content): Self::Op) {
+        // Findings arrive in commit order; one the load already read is skipped.
+        if seq > self.last_seq {
+            self.index.add(id, &content);
+            self.last_seq = seq;
+        }
+    }
 }
 
 impl SqliteStore {
-    async fn room_keywords(&self, room_id: RoomId) -> Result<Arc<KeywordIndex>> {
-        let generation = {
-            let cache = lock(&self.inner.keywords);
-            if let Some(ix) = cache.rooms.get(&room_id) {
-                return Ok(ix.clone());
+    /// The room's keyword index, loaded from the findings table on first use.
+    pub(crate) async fn room_keywords(&self, room_id: RoomId) -> Result<Arc<RoomKeywords>> {
+        let store = self.clone();
+        self.inner
+            .caches
+            .keywords
+            .get(room_id, move || async move { store.load_keywords(room_id).await })
+            .await
+    }
+
+    async fn load_keywords(&self, room_id: RoomId) -> Result<RoomKeywords> {
+        self.read(move |c| {
+            let mut ix = RoomKeywords::default();
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT seq, finding_id, content FROM findings WHERE room_id = ? ORDER BY seq",
+                )
+                .map_err(sql_err)?;
+            let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
+            while let Some(r) = rows.next().map_err(sql_err)? {
+                let seq = r.get::<_, i64>(0).map_err(sql_err)? as u64;
+                let id: FindingId =
+                    parse(r.get_ref(1).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?)?;
+                let content = r.get_ref(2).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?;
+                ix.index.add(id, content);
+                ix.last_seq = seq;
             }
-            cache.generation
-        };
-        let loaded = self
-            .read(move |c| {
-                let mut ix = KeywordIndex::new();
-                let mut stmt = c
-                    .prepare_cached("SELECT finding_id, content FROM findings WHERE room_id = ? ORDER BY seq")
-                    .map_err(sql_err)?;
-                let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
-                while let Some(r) = rows.next().map_err(sql_err)? {
-                    let id: FindingId = parse(&r.get::<_, String>(0).map_err(sql_err)?)?;
-                    ix.add(id, &r.get::<_, String>(1).map_err(sql_err)?);
-                }
-                Ok(Arc::new(ix))
-            })
-            .await?;
-        let mut cache = lock(&self.inner.keywords);
-        if cache.generation == generation {
-            cache.rooms.insert(room_id, loaded.clone());
-        }
-        Ok(loaded)
+            Ok(ix)
+        })
+        .await
     }
 }

@@ -5,14 +5,14 @@ mod artifacts;
 mod entities;
 mod findings;
 mod rooms;
-mod search;
+pub(crate) mod search;
 
 use macp_core::store::{Capabilities, Store};
 
 use crate::db::SqliteStore;
 
-pub(crate) use findings::KeywordCache;
-pub(crate) use search::VectorCache;
+pub(crate) use findings::RoomKeywords;
+pub(crate) use search::RoomVectors;
 
 impl Store for SqliteStore {
     fn name(&self) -> &'static str {

@@ -5,9 +5,10 @@ use macp_core::model::{Room, RoomStatus, VisibilityMode};
 use macp_core::store::{RoomKey, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, TransactionBehavior, params};
+use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::writer::Sync;
 
 // ---------------------------------------------------------------------------------------------
 // Row mapping. Each SELECT list below matches one `*_from_row` function.
@@ -35,8 +36,9 @@ fn room_from_row(r: &Row<'_>) -> Result<Room> {
 impl RoomStore for SqliteStore {
     async fn insert_room(&self, room: &Room) -> Result<()> {
         let room = room.clone();
-        self.write(move |c| {
-            c.execute(
+        self.write(Sync::Durable, move |c, fx| {
+            exec(
+                c,
                 &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                 params![
                     room.room_id.to_string(),
@@ -58,31 +60,46 @@ impl RoomStore for SqliteStore {
                     sql_err(e)
                 }
             })?;
+            fx.then(move |caches| {
+                lock(&caches.rooms).insert(room.room_id, room);
+            });
             Ok(())
         })
         .await
     }
 
     async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>> {
-        self.read(move |c| {
-            let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
-            Ok(query_all(c, &sql, &[text(room_id)], room_from_row)?.pop())
-        })
-        .await
+        if let Some(r) = lock(&self.inner.caches.rooms).get(&room_id) {
+            return Ok(Some(r.clone()));
+        }
+        let room = self
+            .read_small(move |c| {
+                let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
+                Ok(query_all(c, &sql, &[text(room_id)], room_from_row)?.pop())
+            })
+            .await?;
+        if let Some(r) = &room {
+            // Never over a newer row a write put there meanwhile (the writer inserts after commit).
+            lock(&self.inner.caches.rooms).entry(room_id).or_insert_with(|| r.clone());
+        }
+        Ok(room)
     }
 
     async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
         let by = by.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            tx.execute(
+        self.write(Sync::Durable, move |c, fx| {
+            exec(c,
                 "UPDATE rooms SET status = 'closed', closed_at = ?, closed_by = ? WHERE room_id = ? AND status = 'active'",
                 params![at.as_millis(), by.as_str(), room_id.to_string()],
             )
             .map_err(sql_err)?;
             let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
-            let room = query_all(&tx, &sql, &[text(room_id)], room_from_row)?.pop();
-            tx.commit().map_err(sql_err)?;
+            let room = query_all(c, &sql, &[text(room_id)], room_from_row)?.pop();
+            if let Some(r) = room.clone() {
+                fx.then(move |caches| {
+                    lock(&caches.rooms).insert(room_id, r);
+                });
+            }
             Ok(room)
         })
         .await

@@ -15,135 +15,219 @@ use macp_core::search::{
     IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, model_mismatch, top_k,
 };
 use macp_core::{AgentId, Error, FindingId, Result, RoomId};
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::db::{SqliteStore, lock, sql_err};
+use crate::db::{SqliteStore, exec, row, sql_err};
+use crate::indexes::RoomIndex;
+use crate::writer::{Effects, Sync};
 
-/// One room's vectors, quantised for scanning.
+/// Rows per segment: a snapshot shares every full segment and copies at most the open one when
+/// a write lands on it while a search holds it.
+const SEGMENT: usize = 1024;
+
+/// One room's vectors, quantised for scanning, in segments of [`SEGMENT`] rows (see
+/// [`crate::indexes`] for why a clone must be cheap).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RoomVectors {
     dim: usize,
+    sealed: Vec<Arc<Rows>>,
+    open: Arc<Rows>,
+}
+
+/// A segment's rows. A removed row stays in place, marked dead, so positions never move.
+#[derive(Debug, Clone, Default)]
+struct Rows {
     ids: Vec<FindingId>,
     agents: Vec<AgentId>,
     tags: Vec<Vec<String>>,
     codes: Vec<i8>,
     scales: Vec<f32>,
-    pos: HashMap<FindingId, usize>,
+    live: Vec<bool>,
+    pos: HashMap<FindingId, u32>,
+    /// The smallest and largest id in the segment: ids are time-ordered and rows arrive roughly
+    /// in that order, so a lookup skips every segment whose range cannot hold the id.
+    range: Option<(FindingId, FindingId)>,
+}
+
+/// A change to a room's vectors, as committed.
+pub(crate) enum VectorOp {
+    Put(FindingId, AgentId, Vec<String>, Vec<f32>),
+    Remove(FindingId),
+}
+
+impl RoomIndex for RoomVectors {
+    type Op = VectorOp;
+
+    fn apply(&mut self, op: VectorOp) {
+        match op {
+            VectorOp::Put(id, agent, tags, v) => self.put(id, agent, tags, &v),
+            VectorOp::Remove(id) => self.remove(id),
+        }
+    }
 }
 
 impl RoomVectors {
+    fn len(&self) -> usize {
+        self.sealed.len() * SEGMENT + self.open.ids.len()
+    }
+
+    fn segments(&self) -> impl Iterator<Item = &Rows> {
+        self.sealed.iter().map(|s| &**s).chain(std::iter::once(&*self.open))
+    }
+
+    /// `(segment, row)` of a live id; segment `sealed.len()` is the open one.
+    fn find(&self, id: FindingId) -> Option<(usize, usize)> {
+        self.segments().enumerate().find_map(|(s, rows)| {
+            let (lo, hi) = rows.range?;
+            if id < lo || id > hi {
+                return None;
+            }
+            rows.pos.get(&id).map(|&r| (s, r as usize))
+        })
+    }
+
+    fn segment_mut(&mut self, s: usize) -> &mut Rows {
+        match self.sealed.get_mut(s) {
+            Some(seg) => Arc::make_mut(seg),
+            None => Arc::make_mut(&mut self.open),
+        }
+    }
+
     fn put(&mut self, id: FindingId, agent: AgentId, tags: Vec<String>, v: &[f32]) {
+        if self.dim == 0 {
+            self.dim = v.len();
+        }
+        let dim = self.dim;
         let (codes, scale) = quantize(v);
-        match self.pos.get(&id) {
-            Some(&i) => {
-                self.agents[i] = agent;
-                self.tags[i] = tags;
-                self.codes[i * self.dim..(i + 1) * self.dim].copy_from_slice(&codes);
-                self.scales[i] = scale;
-            }
-            None => {
-                self.pos.insert(id, self.ids.len());
-                self.ids.push(id);
-                self.agents.push(agent);
-                self.tags.push(tags);
-                self.codes.extend_from_slice(&codes);
-                self.scales.push(scale);
-            }
+        if let Some((s, i)) = self.find(id) {
+            let rows = self.segment_mut(s);
+            rows.agents[i] = agent;
+            rows.tags[i] = tags;
+            rows.codes[i * dim..(i + 1) * dim].copy_from_slice(&codes);
+            rows.scales[i] = scale;
+            return;
+        }
+        self.append(id, agent, tags, v);
+    }
+
+    /// Adds a row for an id not held yet.
+    fn append(&mut self, id: FindingId, agent: AgentId, tags: Vec<String>, v: &[f32]) {
+        if self.dim == 0 {
+            self.dim = v.len();
+        }
+        let (codes, scale) = quantize(v);
+        let rows = Arc::make_mut(&mut self.open);
+        rows.pos.insert(id, rows.ids.len() as u32);
+        rows.range = Some(rows.range.map_or((id, id), |(lo, hi)| (lo.min(id), hi.max(id))));
+        rows.ids.push(id);
+        rows.agents.push(agent);
+        rows.tags.push(tags);
+        rows.codes.extend_from_slice(&codes);
+        rows.scales.push(scale);
+        rows.live.push(true);
+        if rows.ids.len() == SEGMENT {
+            self.sealed.push(std::mem::take(&mut self.open));
         }
     }
 
     fn remove(&mut self, id: FindingId) {
-        let Some(i) = self.pos.remove(&id) else { return };
-        let last = self.ids.len() - 1;
-        if i != last {
-            let moved = self.ids[last];
-            self.ids.swap(i, last);
-            self.agents.swap(i, last);
-            self.tags.swap(i, last);
-            self.scales.swap(i, last);
-            let (head, tail) = self.codes.split_at_mut(last * self.dim);
-            head[i * self.dim..(i + 1) * self.dim].copy_from_slice(&tail[..self.dim]);
-            self.pos.insert(moved, i);
-        }
-        self.ids.pop();
-        self.agents.pop();
-        self.tags.pop();
-        self.scales.pop();
-        self.codes.truncate(last * self.dim);
+        let Some((s, i)) = self.find(id) else { return };
+        let rows = self.segment_mut(s);
+        rows.live[i] = false;
+        rows.pos.remove(&id);
     }
 
-    /// Scores of every vector passing the filter, best `k`.
+    /// Scores of every live vector passing the filter, best `k`.
     fn top_k(&self, query: &[f32], k: usize, filter: &VectorFilter) -> Vec<VectorHit> {
         let (q, qs) = quantize(query);
-        let n = self.ids.len();
-        let keep = |i: usize| filter.matches(&self.tags[i], &self.agents[i]);
-        let scan = |range: std::ops::Range<usize>| scan_rows(self, &q, qs, range, &keep);
+        let segs: Vec<&Rows> = self.segments().collect();
+        let n: usize = segs.iter().map(|r| r.ids.len()).sum();
+        let scan = |part: &[&Rows]| -> Vec<(f32, FindingId)> {
+            let mut out = Vec::new();
+            for rows in part {
+                scan_rows(rows, self.dim, &q, qs, filter, &mut out);
+            }
+            out
+        };
         let threads = std::thread::available_parallelism().map_or(1, |p| p.get()).min(4);
         let mut scored = if n >= 20_000 && threads > 1 {
-            let chunk = n.div_ceil(threads);
+            let chunk = segs.len().div_ceil(threads);
             std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|t| s.spawn(move || scan(t * chunk..((t + 1) * chunk).min(n))))
-                    .collect();
+                let handles: Vec<_> = segs.chunks(chunk).map(|part| s.spawn(move || scan(part))).collect();
                 handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
             })
         } else {
-            scan(0..n)
+            scan(&segs)
         };
-        let better =
-            |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then(self.ids[a.1].cmp(&self.ids[b.1]));
+        let better = |a: &(f32, FindingId), b: &(f32, FindingId)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         top_k(&mut scored, k, better);
-        scored.into_iter().map(|(score, i)| VectorHit { finding_id: self.ids[i], score }).collect()
+        scored.into_iter().map(|(score, finding_id)| VectorHit { finding_id, score }).collect()
+    }
+
+    /// Cosine of `query` with each of `ids` held here.
+    fn scores(&self, query: &[f32], ids: &[FindingId]) -> Vec<VectorHit> {
+        let (q, qs) = quantize(query);
+        let dim = self.dim;
+        ids.iter()
+            .filter_map(|id| {
+                let (s, i) = self.find(*id)?;
+                let rows = self.sealed.get(s).map_or(&*self.open, |r| r);
+                let score = dot_i8(&rows.codes[i * dim..(i + 1) * dim], &q) as f32 * rows.scales[i] * qs;
+                Some(VectorHit { finding_id: *id, score })
+            })
+            .collect()
     }
 }
 
-/// Scores rows `range` against the quantised query, using AVX2 when the CPU has it.
+/// Scores the live rows of a segment that pass the filter into `out`, using AVX2 when the CPU
+/// has it.
 fn scan_rows(
-    rv: &RoomVectors,
+    rows: &Rows,
+    dim: usize,
     q: &[i8],
     qs: f32,
-    range: std::ops::Range<usize>,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<(f32, usize)> {
+    filter: &VectorFilter,
+    out: &mut Vec<(f32, FindingId)>,
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: `scan_rows_avx2` only differs from `scan_rows_portable` in being compiled
         // for AVX2, and the CPU was just checked to support AVX2.
         #[allow(unsafe_code)]
-        return unsafe { scan_rows_avx2(rv, q, qs, range, keep) };
+        return unsafe { scan_rows_avx2(rows, dim, q, qs, filter, out) };
     }
-    scan_rows_portable(rv, q, qs, range, keep)
+    scan_rows_portable(rows, dim, q, qs, filter, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn scan_rows_avx2(
-    rv: &RoomVectors,
+    rows: &Rows,
+    dim: usize,
     q: &[i8],
     qs: f32,
-    range: std::ops::Range<usize>,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<(f32, usize)> {
-    scan_rows_portable(rv, q, qs, range, keep)
+    filter: &VectorFilter,
+    out: &mut Vec<(f32, FindingId)>,
+) {
+    scan_rows_portable(rows, dim, q, qs, filter, out)
 }
 
 #[inline(always)]
 fn scan_rows_portable(
-    rv: &RoomVectors,
+    rows: &Rows,
+    dim: usize,
     q: &[i8],
     qs: f32,
-    range: std::ops::Range<usize>,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<(f32, usize)> {
-    let mut out = Vec::with_capacity(range.len());
-    for i in range {
-        if !keep(i) {
+    filter: &VectorFilter,
+    out: &mut Vec<(f32, FindingId)>,
+) {
+    for i in 0..rows.ids.len() {
+        if !rows.live[i] || !filter.matches(&rows.tags[i], &rows.agents[i]) {
             continue;
         }
-        let row = &rv.codes[i * rv.dim..(i + 1) * rv.dim];
-        out.push((dot_i8(row, q) as f32 * rv.scales[i] * qs, i));
+        let row = &rows.codes[i * dim..(i + 1) * dim];
+        out.push((dot_i8(row, q) as f32 * rows.scales[i] * qs, rows.ids[i]));
     }
-    out
 }
 
 /// Symmetric int8 quantisation with one scale per vector.
@@ -185,19 +269,9 @@ fn from_blob(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-/// The in-memory room copies and a generation counter that tells a loader whether an upsert
-/// raced its read (then its snapshot is used once and not cached).
-#[derive(Debug, Default)]
-pub(crate) struct VectorCache {
-    rooms: HashMap<RoomId, Arc<RoomVectors>>,
-    generation: u64,
-}
-
 fn read_model(c: &rusqlite::Connection) -> Result<Option<IndexModel>> {
     let get = |k: &str| -> Result<Option<String>> {
-        c.query_row("SELECT value FROM meta WHERE key = ?", params![k], |r| r.get(0))
-            .optional()
-            .map_err(sql_err)
+        row(c, "SELECT value FROM meta WHERE key = ?", params![k], |r| r.get(0)).optional().map_err(sql_err)
     };
     match (get("vector_model_id")?, get("vector_dimension")?) {
         (Some(model_id), Some(d)) => Ok(Some(IndexModel {
@@ -212,51 +286,99 @@ fn read_model(c: &rusqlite::Connection) -> Result<Option<IndexModel>> {
 
 fn write_model(c: &rusqlite::Connection, m: &IndexModel) -> Result<()> {
     for (k, v) in [("vector_model_id", m.model_id.clone()), ("vector_dimension", m.dimension.to_string())] {
-        c.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", params![k, v])
+        exec(c, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", params![k, v])
             .map_err(sql_err)?;
     }
     Ok(())
 }
 
+/// Stores vectors inside the caller's transaction (see [`VectorIndex::upsert`]).
+pub(crate) fn put_vectors(tx: &Connection, records: Vec<VectorRecord>, fx: &mut Effects) -> Result<()> {
+    if let Some(m) = read_model(tx)?
+        && let Some(bad) = records.iter().find(|r| r.vector.len() != m.dimension)
+    {
+        return Err(Error::invalid(
+            "vector",
+            format!("vector of length {} for an index of dimension {}", bad.vector.len(), m.dimension),
+        ));
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO finding_vectors (room_id, finding_id, agent_id, tags, vector) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (room_id, finding_id) DO UPDATE SET agent_id = excluded.agent_id, tags = excluded.tags, vector = excluded.vector",
+        )
+        .map_err(sql_err)?;
+    for r in &records {
+        stmt.execute(params![
+            r.room_id.to_string(),
+            r.finding_id.to_string(),
+            r.agent_id.as_str(),
+            serde_json::to_string(&r.tags).unwrap_or_else(|_| "[]".into()),
+            to_blob(&r.vector),
+        ])
+        .map_err(sql_err)?;
+    }
+    fx.then(move |caches| {
+        for r in records {
+            caches.vectors.apply(r.room_id, VectorOp::Put(r.finding_id, r.agent_id, r.tags, r.vector));
+        }
+    });
+    Ok(())
+}
+
 impl SqliteStore {
-    /// The room's vectors, from the cache or loaded from disk.
-    async fn room_vectors(&self, room_id: RoomId) -> Result<Arc<RoomVectors>> {
-        let generation = {
-            let cache = lock(&self.inner.vectors);
-            if let Some(v) = cache.rooms.get(&room_id) {
-                return Ok(v.clone());
-            }
-            cache.generation
-        };
-        let loaded = self
+    /// Loads the search indexes (keywords and vectors) of the rooms most recently written to,
+    /// at most `rooms` of them, so that the first search after a start does not wait for its
+    /// room to load. A server calls it in the background as it starts. Returns the rooms loaded.
+    pub async fn warm_up(&self, rooms: usize) -> Result<usize> {
+        let ids: Vec<RoomId> = self
             .read(move |c| {
-                let dim = read_model(c)?.map_or(0, |m| m.dimension);
-                let mut rv = RoomVectors { dim, ..Default::default() };
-                let mut stmt = c
-                    .prepare_cached(
-                        "SELECT finding_id, agent_id, tags, vector FROM finding_vectors WHERE room_id = ?",
-                    )
+                let mut st = c
+                    .prepare("SELECT room_id FROM rooms WHERE status = 'active' ORDER BY last_finding_at DESC LIMIT ?")
                     .map_err(sql_err)?;
-                let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
-                while let Some(r) = rows.next().map_err(sql_err)? {
-                    let id: FindingId = r.get::<_, String>(0).map_err(sql_err)?.parse()?;
-                    let agent = AgentId::new(r.get::<_, String>(1).map_err(sql_err)?)?;
-                    let tags: Vec<String> = serde_json::from_str(&r.get::<_, String>(2).map_err(sql_err)?)
-                        .map_err(|e| Error::backend("sqlite", false, e.to_string(), None))?;
-                    let v = from_blob(&r.get::<_, Vec<u8>>(3).map_err(sql_err)?);
-                    if rv.dim == 0 {
-                        rv.dim = v.len();
-                    }
-                    rv.put(id, agent, tags, &v);
-                }
-                Ok(Arc::new(rv))
+                let rows = st.query_map(params![rooms as i64], |r| r.get::<_, String>(0)).map_err(sql_err)?;
+                rows.map(|r| r.map_err(sql_err)?.parse()).collect()
             })
             .await?;
-        let mut cache = lock(&self.inner.vectors);
-        if cache.generation == generation {
-            cache.rooms.insert(room_id, loaded.clone());
+        for room in &ids {
+            let (k, v) = tokio::join!(self.room_keywords(*room), self.room_vectors(*room));
+            k?;
+            v?;
         }
-        Ok(loaded)
+        Ok(ids.len())
+    }
+
+    /// The room's vectors, from the cache or loaded from disk.
+    async fn room_vectors(&self, room_id: RoomId) -> Result<Arc<RoomVectors>> {
+        let store = self.clone();
+        self.inner.caches.vectors.get(room_id, move || async move { store.load_vectors(room_id).await }).await
+    }
+
+    async fn load_vectors(&self, room_id: RoomId) -> Result<RoomVectors> {
+        self.read(move |c| {
+            let dim = read_model(c)?.map_or(0, |m| m.dimension);
+            let mut rv = RoomVectors { dim, ..Default::default() };
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT finding_id, agent_id, tags, vector FROM finding_vectors WHERE room_id = ?",
+                )
+                .map_err(sql_err)?;
+            let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
+            let text = |r: &rusqlite::Row<'_>, i: usize| -> Result<String> {
+                Ok(r.get_ref(i).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?.to_owned())
+            };
+            while let Some(r) = rows.next().map_err(sql_err)? {
+                let id: FindingId = text(r, 0)?.parse()?;
+                let agent = AgentId::new(text(r, 1)?)?;
+                let tags: Vec<String> = serde_json::from_str(&text(r, 2)?)
+                    .map_err(|e| Error::backend("sqlite", false, e.to_string(), None))?;
+                let v = from_blob(r.get_ref(3).map_err(sql_err)?.as_blob().map_err(|e| sql_err(e.into()))?);
+                // Each id is stored once: append without looking it up.
+                rv.append(id, agent, tags, &v);
+            }
+            Ok(rv)
+        })
+        .await
     }
 }
 
@@ -267,36 +389,25 @@ impl VectorIndex for SqliteStore {
     }
 
     async fn model(&self) -> Result<Option<IndexModel>> {
-        self.read(read_model).await
+        self.read_small(read_model).await
     }
 
     async fn bind(&self, model: &IndexModel) -> Result<()> {
         let model = model.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            match read_model(&tx)? {
-                Some(m) if m == model => Ok(()),
-                Some(m) => Err(model_mismatch(&m, &model)),
-                None => {
-                    write_model(&tx, &model)?;
-                    tx.commit().map_err(sql_err)
-                }
-            }
+        self.write(Sync::Durable, move |tx, _| match read_model(tx)? {
+            Some(m) if m == model => Ok(()),
+            Some(m) => Err(model_mismatch(&m, &model)),
+            None => write_model(tx, &model),
         })
         .await
     }
 
     async fn reset(&self, model: &IndexModel) -> Result<()> {
         let model = model.clone();
-        let inner = self.inner.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            tx.execute("DELETE FROM finding_vectors", []).map_err(sql_err)?;
-            write_model(&tx, &model)?;
-            tx.commit().map_err(sql_err)?;
-            let mut cache = lock(&inner.vectors);
-            cache.rooms.clear();
-            cache.generation += 1;
+        self.write(Sync::Durable, move |tx, fx| {
+            exec(tx, "DELETE FROM finding_vectors", []).map_err(sql_err)?;
+            write_model(tx, &model)?;
+            fx.then(|caches| caches.vectors.clear());
             Ok(())
         })
         .await
@@ -307,74 +418,27 @@ impl VectorIndex for SqliteStore {
             return Ok(());
         }
         let records = records.to_vec();
-        let inner = self.inner.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
-            if let Some(m) = read_model(&tx)?
-                && let Some(bad) = records.iter().find(|r| r.vector.len() != m.dimension)
-            {
-                return Err(Error::invalid(
-                    "vector",
-                    format!("vector of length {} for an index of dimension {}", bad.vector.len(), m.dimension),
-                ));
-            }
-            {
-                let mut stmt = tx
-                    .prepare_cached(
-                        "INSERT INTO finding_vectors (room_id, finding_id, agent_id, tags, vector) VALUES (?, ?, ?, ?, ?)
-                         ON CONFLICT (room_id, finding_id) DO UPDATE SET agent_id = excluded.agent_id, tags = excluded.tags, vector = excluded.vector",
-                    )
-                    .map_err(sql_err)?;
-                for r in &records {
-                    stmt.execute(params![
-                        r.room_id.to_string(),
-                        r.finding_id.to_string(),
-                        r.agent_id.as_str(),
-                        serde_json::to_string(&r.tags).unwrap_or_else(|_| "[]".into()),
-                        to_blob(&r.vector),
-                    ])
-                    .map_err(sql_err)?;
-                }
-            }
-            tx.commit().map_err(sql_err)?;
-            // Still under the writer lock: cache updates apply in commit order.
-            let mut cache = lock(&inner.vectors);
-            cache.generation += 1;
-            for r in &records {
-                if let Some(rv) = cache.rooms.get_mut(&r.room_id) {
-                    let rv = Arc::make_mut(rv);
-                    if rv.dim == 0 {
-                        rv.dim = r.vector.len();
-                    }
-                    rv.put(r.finding_id, r.agent_id.clone(), r.tags.clone(), &r.vector);
-                }
-            }
-            Ok(())
-        })
-        .await
+        // Vectors are derived from findings: lost in a crash, their findings are pending again
+        // (their `indexed` mark is as lazy and written after) and are indexed once more.
+        self.write(Sync::Lazy, move |tx, fx| put_vectors(tx, records, fx)).await
     }
 
     async fn delete(&self, room_id: RoomId, ids: &[FindingId]) -> Result<()> {
         let ids = ids.to_vec();
-        let inner = self.inner.clone();
-        self.write(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql_err)?;
+        self.write(Sync::Durable, move |tx, fx| {
             for id in &ids {
-                tx.execute(
+                exec(
+                    tx,
                     "DELETE FROM finding_vectors WHERE room_id = ? AND finding_id = ?",
                     params![room_id.to_string(), id.to_string()],
                 )
                 .map_err(sql_err)?;
             }
-            tx.commit().map_err(sql_err)?;
-            let mut cache = lock(&inner.vectors);
-            cache.generation += 1;
-            if let Some(rv) = cache.rooms.get_mut(&room_id) {
-                let rv = Arc::make_mut(rv);
-                for id in &ids {
-                    rv.remove(*id);
+            fx.then(move |caches| {
+                for id in ids {
+                    caches.vectors.apply(room_id, VectorOp::Remove(id));
                 }
-            }
+            });
             Ok(())
         })
         .await
@@ -394,6 +458,10 @@ impl VectorIndex for SqliteStore {
                 format!("query vector of length {} for an index of dimension {}", vector.len(), rv.dim),
             ));
         }
+        // A small room is scanned at once; a large one off the async workers.
+        if rv.len() < 20_000 {
+            return Ok(rv.top_k(vector, k, filter));
+        }
         let (vector, filter) = (vector.to_vec(), filter.clone());
         tokio::task::spawn_blocking(move || rv.top_k(&vector, k, &filter))
             .await
@@ -401,21 +469,13 @@ impl VectorIndex for SqliteStore {
     }
 
     async fn scores(&self, room_id: RoomId, vector: &[f32], ids: &[FindingId]) -> Result<Vec<VectorHit>> {
-        let rv = self.room_vectors(room_id).await?;
-        let (q, qs) = quantize(vector);
-        Ok(ids
-            .iter()
-            .filter_map(|id| rv.pos.get(id).map(|&i| (id, i)))
-            .map(|(id, i)| VectorHit {
-                finding_id: *id,
-                score: dot_i8(&rv.codes[i * rv.dim..(i + 1) * rv.dim], &q) as f32 * rv.scales[i] * qs,
-            })
-            .collect())
+        Ok(self.room_vectors(room_id).await?.scores(vector, ids))
     }
 
     async fn count(&self, room_id: RoomId) -> Result<u64> {
-        self.read(move |c| {
-            c.query_row(
+        self.read_small(move |c| {
+            row(
+                c,
                 "SELECT count(*) FROM finding_vectors WHERE room_id = ?",
                 params![room_id.to_string()],
                 |r| r.get::<_, i64>(0),
