@@ -107,6 +107,29 @@ fn main() -> ExitCode {
 struct Opened {
     macp: Macp,
     local_artifacts: Option<LocalBlobStore>,
+    /// The local store, whose search indexes a server loads as it starts.
+    local_store: Option<SqliteStore>,
+}
+
+/// Rooms whose search indexes a server loads as it starts, most recently written first.
+const WARM_ROOMS: usize = 8;
+
+/// Loads the search indexes of the busiest rooms in the background, so the first search after
+/// a restart does not wait for its room to load.
+fn warm_up(store: Option<SqliteStore>) {
+    if let Some(store) = store {
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            match store.warm_up(WARM_ROOMS).await {
+                Ok(rooms) => {
+                    tracing::info!(rooms, ms = started.elapsed().as_millis() as u64, "search indexes loaded")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "loading search indexes at start failed; rooms load on first search")
+                }
+            }
+        });
+    }
 }
 
 /// What the service is opened for.
@@ -137,7 +160,7 @@ fn claim(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> {
 async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
     let mut b = Macp::builder().artifact_config(cfg.artifacts.clone());
     let mut local_artifacts = None;
-    let vectors: Arc<dyn VectorIndex> = match cfg.backend {
+    let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
         BackendKind::Local => {
             let store =
                 Arc::new(SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?);
@@ -147,7 +170,8 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                 local_artifacts = Some(blobs);
             }
             b = b.store(store.clone());
-            store
+            let local = Some((*store).clone());
+            (store, local)
         }
         BackendKind::Aws => {
             #[cfg(feature = "aws")]
@@ -159,7 +183,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                     b = b.blob_store(aws.clone());
                 }
                 b = b.store(aws.clone());
-                aws
+                (aws, None)
             }
             #[cfg(not(feature = "aws"))]
             return Err(NO_AWS.into());
@@ -176,7 +200,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
     if !matches!(usage, Use::Reindex) {
         macp.verify_index().await.map_err(|e| e.to_string())?;
     }
-    Ok(Opened { macp, local_artifacts })
+    Ok(Opened { macp, local_artifacts, local_store })
 }
 
 async fn embedder(cfg: &Resolved) -> Result<Option<Arc<dyn Embedder>>, String> {
@@ -410,7 +434,8 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
 
     if serve.stdio {
         // No HTTP server answers local signed URLs here: artifact tools only on AWS (S3 URLs).
-        let macp = open(&cfg, Use::Serve { public: None }).await?.macp;
+        let Opened { macp, local_store, .. } = open(&cfg, Use::Serve { public: None }).await?;
+        warm_up(local_store);
         let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
         tracing::info!(user = %local.user_id, backend = ?cfg.backend, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
         let running = MacpMcp::new(macp, Some(local))
@@ -444,7 +469,8 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let public =
         cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");
-    let Opened { macp, local_artifacts } = open(&cfg, Use::Serve { public: Some(&public) }).await?;
+    let Opened { macp, local_artifacts, local_store } =
+        open(&cfg, Use::Serve { public: Some(&public) }).await?;
     let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
     let ct = CancellationToken::new();
     let mut allowed_hosts = cfg.allowed_hosts.clone();
@@ -461,6 +487,8 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     };
     let signals = Shutdown::listen()?;
     println!("listening on {url}");
+    // After the line above: it is the first thing a supervisor reads.
+    warm_up(local_store);
     match &cfg.auth {
         None => tracing::info!(
             url = %url,
