@@ -18,16 +18,25 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{bm25_idf, keyword_terms, top_k};
+use super::{Best, bm25_idf, keyword_terms};
 use crate::ids::FindingId;
 use crate::store::{KeywordHit, KeywordSearch};
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
 
-/// Findings per segment. A clone of the index shares every full segment and copies at most the
-/// open one, so a reader can take a snapshot while writers keep adding (see [`KeywordIndex`]).
+/// Findings per new segment. A clone of the index shares every full segment and copies at most
+/// the open one, so a reader can take a snapshot while writers keep adding (see
+/// [`KeywordIndex`]).
 const SEGMENT: usize = 512;
+
+/// Full segments of one size are merged this many at a time into one segment this many times
+/// larger, so a room holds a few dozen segments at most: a query term is looked up once per
+/// segment.
+const FAN_IN: usize = 8;
+
+/// The largest a merged segment grows (a merge copies postings, on the writer's path).
+const MAX_SEGMENT: usize = SEGMENT * FAN_IN * FAN_IN;
 
 /// Every token of `text` with repeats, tokenised like FTS5's unicode61.
 pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -36,10 +45,11 @@ pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
 
 /// Postings and lengths of one room's findings.
 ///
-/// Held in segments of [`SEGMENT`] findings: full segments are immutable and shared between
-/// clones, and only the open segment is copied when a clone that shares it is written to. That
-/// makes a clone a cheap snapshot: a search scores a clone while findings keep being added to
-/// the original, and neither waits for the other nor copies the room.
+/// Held in segments: full segments are immutable and shared between clones, and only the open
+/// segment (at most [`SEGMENT`] findings) is copied when a clone that shares it is written to.
+/// That makes a clone a cheap snapshot: a search scores a clone while findings keep being added
+/// to the original, and neither waits for the other nor copies the room. Full segments are
+/// merged [`FAN_IN`] at a time so that their number stays small as the room grows.
 #[derive(Debug, Clone, Default)]
 pub struct KeywordIndex {
     sealed: Vec<Arc<Segment>>,
@@ -50,10 +60,31 @@ pub struct KeywordIndex {
 
 #[derive(Debug, Clone, Default)]
 struct Segment {
+    /// Number of findings before this segment.
+    base: usize,
     ids: Vec<FindingId>,
     lens: Vec<u32>,
-    /// Term to `(finding within the segment, term frequency)`.
+    /// Term to `(finding within the segment, term frequency)`, in finding order.
     postings: HashMap<String, Vec<(u32, u32)>>,
+}
+
+impl Segment {
+    /// One segment holding `parts` (consecutive, in order).
+    fn merged(parts: &[Arc<Segment>]) -> Segment {
+        let mut out = Segment { base: parts[0].base, ..Default::default() };
+        for p in parts {
+            let offset = out.ids.len() as u32;
+            out.ids.extend_from_slice(&p.ids);
+            out.lens.extend_from_slice(&p.lens);
+            for (term, list) in &p.postings {
+                out.postings
+                    .entry(term.clone())
+                    .or_default()
+                    .extend(list.iter().map(|&(d, tf)| (d + offset, tf)));
+            }
+        }
+        out
+    }
 }
 
 thread_local! {
@@ -85,7 +116,11 @@ impl KeywordIndex {
             *tf.entry(t).or_default() += 1;
             len += 1;
         }
+        let base = self.docs;
         let seg = Arc::make_mut(&mut self.open);
+        if seg.ids.is_empty() {
+            seg.base = base;
+        }
         let doc = seg.ids.len() as u32;
         for (t, n) in tf {
             seg.postings.entry(t).or_default().push((doc, n));
@@ -96,33 +131,55 @@ impl KeywordIndex {
         self.total_len += u64::from(len);
         if seg.ids.len() == SEGMENT {
             self.sealed.push(std::mem::take(&mut self.open));
+            self.merge();
         }
     }
 
-    fn segment(&self, i: usize) -> &Segment {
-        self.sealed.get(i).map_or(&self.open, |s| s)
+    /// Merges the last [`FAN_IN`] sealed segments while they are of one size (below the cap).
+    fn merge(&mut self) {
+        loop {
+            let n = self.sealed.len();
+            if n < FAN_IN {
+                return;
+            }
+            let size = self.sealed[n - 1].ids.len();
+            if size * FAN_IN > MAX_SEGMENT || !self.sealed[n - FAN_IN..].iter().all(|s| s.ids.len() == size) {
+                return;
+            }
+            let merged = Segment::merged(&self.sealed[n - FAN_IN..]);
+            self.sealed.truncate(n - FAN_IN);
+            self.sealed.push(Arc::new(merged));
+        }
     }
 
-    fn segments(&self) -> impl Iterator<Item = (usize, &Segment)> {
-        self.sealed.iter().map(|s| &**s).chain(std::iter::once(&*self.open)).enumerate()
+    fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.sealed.iter().map(|s| &**s).chain(std::iter::once(&*self.open))
+    }
+
+    /// The id of the finding numbered `doc`.
+    fn id(&self, doc: usize) -> FindingId {
+        if !self.open.ids.is_empty() && doc >= self.open.base {
+            return self.open.ids[doc - self.open.base];
+        }
+        let seg = &self.sealed[self.sealed.partition_point(|s| s.base <= doc) - 1];
+        seg.ids[doc - seg.base]
     }
 
     /// Adds one term's BM25 contribution to the scores of the findings in its posting lists.
     fn accumulate(
         &self,
-        lists: &[(usize, &[(u32, u32)])],
+        lists: &[(&Segment, &[(u32, u32)])],
         idf: f64,
         avg: f64,
         scores: &mut [f64],
         touched: &mut Vec<u32>,
     ) {
         for &(seg, list) in lists {
-            let lens = &self.segment(seg).lens;
-            let base = seg * SEGMENT;
+            let lens = &seg.lens;
             for &(doc, tf) in list {
                 let tf = f64::from(tf);
                 let norm = K1 * (1.0 - B + B * f64::from(lens[doc as usize]) / avg);
-                let at = base + doc as usize;
+                let at = seg.base + doc as usize;
                 if scores[at] == 0.0 {
                     touched.push(at as u32);
                 }
@@ -146,8 +203,8 @@ impl KeywordIndex {
         let mut informative = Vec::new();
         let mut floored = Vec::new();
         for t in &terms {
-            let lists: Vec<(usize, &[(u32, u32)])> =
-                self.segments().filter_map(|(i, s)| s.postings.get(t).map(|l| (i, l.as_slice()))).collect();
+            let lists: Vec<(&Segment, &[(u32, u32)])> =
+                self.segments().filter_map(|s| s.postings.get(t).map(|l| (s, l.as_slice()))).collect();
             let df: u64 = lists.iter().map(|(_, l)| l.len() as u64).sum();
             let idf = bm25_idf(n, df);
             ideal += idf;
@@ -168,15 +225,14 @@ impl KeywordIndex {
                     self.accumulate(lists, *idf, avg, scores, &mut touched);
                 }
             }
-            let mut ranked: Vec<(u32, f64)> = touched.iter().map(|&d| (d, scores[d as usize])).collect();
-            let better = |a: &(u32, f64), b: &(u32, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-            top_k(&mut ranked, limit, better);
-            let hits = ranked
+            let mut best = Best::new(limit);
+            for &d in &touched {
+                best.push(scores[d as usize], d);
+            }
+            let hits = best
+                .into_sorted()
                 .into_iter()
-                .map(|(doc, score)| {
-                    let doc = doc as usize;
-                    KeywordHit { finding_id: self.segment(doc / SEGMENT).ids[doc % SEGMENT], score }
-                })
+                .map(|(score, doc)| KeywordHit { finding_id: self.id(doc as usize), score })
                 .collect();
             KeywordSearch { hits, ideal }
         })
@@ -239,7 +295,7 @@ mod segment_tests {
         let words = ["cache", "pool", "orders-db", "timeout", "deploy", "retry", "latency"];
         let mut ix = KeywordIndex::new();
         let mut ids = Vec::new();
-        for i in 0..(3 * SEGMENT + 17) {
+        for i in 0..(3 * SEGMENT * FAN_IN + 17) {
             let id = FindingId::generate();
             ids.push(id);
             let text = format!("{} {} {} {i}", words[i % 7], words[(i * 3) % 7], words[(i * 5 + 1) % 7]);
@@ -248,8 +304,9 @@ mod segment_tests {
         let snapshot = ix.clone();
         let later = FindingId::generate();
         ix.add(later, "zebra crossing timeout");
-        assert_eq!(snapshot.len(), 3 * SEGMENT + 17);
-        assert_eq!(ix.len(), 3 * SEGMENT + 18);
+        assert_eq!(snapshot.len(), 3 * SEGMENT * FAN_IN + 17);
+        assert!(snapshot.sealed.len() < 3 * FAN_IN, "full segments are merged");
+        assert_eq!(ix.len(), 3 * SEGMENT * FAN_IN + 18);
         let r = snapshot.search("orders-db timeout", 5);
         assert_eq!(r.hits.len(), 5);
         assert!(r.hits.windows(2).all(|w| w[0].score >= w[1].score));

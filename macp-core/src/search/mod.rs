@@ -86,6 +86,11 @@ pub struct VectorFilter {
 }
 
 impl VectorFilter {
+    /// Whether every record passes.
+    pub fn is_empty(&self) -> bool {
+        self.tags_any.is_empty() && self.agent_id.is_none()
+    }
+
     /// Whether a record with `tags` by `agent` passes.
     pub fn matches(&self, tags: &[String], agent: &AgentId) -> bool {
         (self.tags_any.is_empty() || tags.iter().any(|t| self.tags_any.contains(t)))
@@ -204,6 +209,57 @@ pub fn top_k<T>(items: &mut Vec<T>, k: usize, better: impl Fn(&T, &T) -> std::cm
     }
     items.truncate(k);
     items.sort_by(better);
+}
+
+/// The `k` best of a stream of scored items, keeping memory and work proportional to `k`: an
+/// item scoring below the current k-th best is dropped with one comparison, and the kept ones
+/// are cut back to `k` whenever they reach `2k`. [`into_sorted`](Best::into_sorted) orders them
+/// best first by score, then by `tie` (ascending). For scans over a whole room, where collecting
+/// every score and selecting afterwards costs more than the scoring.
+#[derive(Debug)]
+pub struct Best<T> {
+    k: usize,
+    items: Vec<(f64, T)>,
+    floor: f64,
+}
+
+impl<T: Ord> Best<T> {
+    /// Keeps at most `k`.
+    pub fn new(k: usize) -> Self {
+        Self { k, items: Vec::with_capacity(2 * k.max(1)), floor: f64::NEG_INFINITY }
+    }
+
+    /// Offers an item.
+    #[inline]
+    pub fn push(&mut self, score: f64, item: T) {
+        if score < self.floor || self.k == 0 {
+            return;
+        }
+        self.items.push((score, item));
+        if self.items.len() >= 2 * self.k {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        top_k(&mut self.items, self.k, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        if self.items.len() == self.k {
+            self.floor = self.items[self.k - 1].0;
+        }
+    }
+
+    /// Merges another selection into this one.
+    pub fn extend(&mut self, other: Best<T>) {
+        for (s, t) in other.items {
+            self.push(s, t);
+        }
+    }
+
+    /// The kept items, best first.
+    pub fn into_sorted(mut self) -> Vec<(f64, T)> {
+        self.compact();
+        self.items
+    }
 }
 
 /// Dot product.
