@@ -274,41 +274,36 @@ async fn one_piece(resp: Response) -> Response {
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::TRANSFER_ENCODING);
-    let mut messages = sse_messages(&bytes);
-    if messages.len() == 1 {
-        let json = messages.pop().unwrap_or_default();
+    if let Some(json) = only_message(&bytes) {
         parts.headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
         return Response::from_parts(parts, axum::body::Body::from(json));
     }
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
-/// The `data` of each SSE event that carries any (priming events and keep-alive comments carry
-/// none).
-fn sse_messages(stream: &[u8]) -> Vec<String> {
-    let text = String::from_utf8_lossy(stream);
-    let mut out = Vec::new();
-    let mut data: Option<String> = None;
-    for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
-        if line.is_empty() {
-            if let Some(d) = data.take().filter(|d| !d.is_empty()) {
-                out.push(d);
-            }
-        } else if let Some(d) = line.strip_prefix("data:") {
-            let d = d.strip_prefix(' ').unwrap_or(d);
-            match &mut data {
-                Some(acc) => {
-                    acc.push('\n');
-                    acc.push_str(d);
-                }
-                None => data = Some(d.to_owned()),
-            }
+/// The data of the one SSE event that carries any, when there is exactly one and it is on one
+/// line (rmcp writes each message as one line of JSON), as a slice of the stream (no copy).
+/// Priming events and keep-alive comments carry no data.
+fn only_message(stream: &axum::body::Bytes) -> Option<axum::body::Bytes> {
+    let mut found = None;
+    let mut start = 0;
+    for line in stream.split(|b| *b == b'\n') {
+        let line_start = start;
+        start += line.len() + 1;
+        let Some(data) = line.strip_prefix(b"data:") else { continue };
+        let skip = usize::from(data.first() == Some(&b' '));
+        let data = &data[skip..];
+        let data = data.strip_suffix(b"\r").unwrap_or(data);
+        if data.is_empty() {
+            continue;
         }
+        if found.is_some() {
+            return None;
+        }
+        let from = line_start + "data:".len() + skip;
+        found = Some(stream.slice(from..from + data.len()));
     }
-    if let Some(d) = data.filter(|d| !d.is_empty()) {
-        out.push(d);
-    }
-    out
+    found
 }
 
 /// rmcp acknowledges the `DELETE` that ends a session with `202 Accepted`, which the Python
@@ -408,4 +403,21 @@ pub fn router_with_auth(
         .with_state(verifier)
         .merge(mcp);
     with_artifacts(app, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_message_is_cut_out_of_its_stream_and_two_are_left_whole() {
+        let stream =
+            axum::body::Bytes::from_static(b"data: \nid: 0/1\nretry: 3000\n\ndata: {\"id\":2}\nid: 1/1\n\n");
+        assert_eq!(only_message(&stream).as_deref(), Some(&b"{\"id\":2}"[..]));
+        let crlf = axum::body::Bytes::from_static(b":\r\n\r\ndata:{\"id\":3}\r\n\r\n");
+        assert_eq!(only_message(&crlf).as_deref(), Some(&b"{\"id\":3}"[..]));
+        let two = axum::body::Bytes::from_static(b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\n");
+        assert_eq!(only_message(&two), None);
+        assert_eq!(only_message(&axum::body::Bytes::from_static(b"data: \n\n")), None);
+    }
 }
