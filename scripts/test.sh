@@ -15,6 +15,13 @@ step "unit, conformance (memory + sqlite) and property tests"
 env -u MACP_AWS_TEST_ENDPOINT cargo test --workspace --all-features
 took "cargo test"
 
+step "disk full: writes fail retryably, nothing acknowledged is lost, writes resume (a tmpfs)"
+if [ "$(id -u)" = 0 ]; then
+  cargo test --quiet -p macp-local --test disk_full -- --ignored
+else
+  echo "SKIPPED: mounting a size-limited tmpfs needs root (CI runs this as root): macp-local/tests/disk_full.rs"
+fi
+
 step "API docs build without warnings (missing_docs is denied on public items)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --quiet
 took "cargo doc"
@@ -35,6 +42,12 @@ step "end-to-end: the macp server with real MCP clients"
 cargo build --quiet -p macp-mcp --bin macp
 bash scripts/e2e.sh
 took "end-to-end"
+
+step "soak (short): 12 agents for 40 s through macp serve, then the record checked"
+# The full soak (32 agents, 10 minutes, release build) is a benchmark: see BENCHMARKS.md.
+target="${CARGO_TARGET_DIR:-target}"
+cargo run --quiet -p macp-examples --bin soak -- --macp "$target/debug/macp" --agents 12 --seconds 40
+took "soak"
 
 step "AWS backend: emulator checks, OpenTofu module, conformance and two servers on moto"
 bash scripts/aws-tests.sh

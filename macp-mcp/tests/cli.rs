@@ -141,3 +141,82 @@ fn serve_answers_calls_on_one_kept_alive_connection_without_stalling() {
     child.wait().unwrap();
     assert!(per_call < Duration::from_millis(15), "{per_call:?} per call on a kept-alive connection");
 }
+
+/// `macp backup` while eight agents write through the server: the backup opens, passes an
+/// integrity check, and holds every finding acknowledged before the backup began.
+#[test]
+fn backup_while_eight_agents_write_holds_everything_acknowledged_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, first) = serving(dir.path());
+    let addr = first.trim().trim_start_matches("listening on http://").trim_end_matches("/mcp").to_owned();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let room = rt.block_on(async {
+        let mut raw = common::Raw::connect(&addr).await;
+        let session = common::open_session(&mut raw).await;
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "create_room", "arguments": {"objective": "backup under load"}}});
+        let a = raw
+            .request("POST", "/mcp", &common::mcp_headers(Some(&session)), call.to_string().as_bytes())
+            .await
+            .unwrap();
+        common::message(&a)["result"]["structuredContent"]["room_id"].as_str().unwrap().to_owned()
+    });
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (addr, room, acked, stop) = (addr.clone(), room.clone(), acked.clone(), stop.clone());
+            rt.spawn(async move {
+                let mut raw = common::Raw::connect(&addr).await;
+                let session = common::open_session(&mut raw).await;
+                let h = common::mcp_headers(Some(&session));
+                let join = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "join_room", "arguments": {"room_id": room, "agent_id": format!("writer-{w}")}}});
+                raw.request("POST", "/mcp", &h, join.to_string().as_bytes()).await.unwrap();
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    i += 1;
+                    let post = serde_json::json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                        "params": {"name": "post_finding", "arguments": {"room_id": room,
+                            "content": format!("writer {w} finding {i}: orders-db pool at {i}%")}}});
+                    let a = raw.request("POST", "/mcp", &h, post.to_string().as_bytes()).await.unwrap();
+                    let m = common::message(&a);
+                    let id = m["result"]["structuredContent"]["finding"]["finding_id"].as_str().unwrap().to_owned();
+                    acked.lock().unwrap().push(id);
+                }
+            })
+        })
+        .collect();
+    // Let the writers get going, then back up while they keep writing.
+    while acked.lock().unwrap().len() < 400 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before: Vec<String> = acked.lock().unwrap().clone();
+    let dest = tempfile::tempdir().unwrap();
+    let backup = dest.path().join("copy");
+    let out = macp().arg("backup").arg(&backup).arg("--data-dir").arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for w in writers {
+        rt.block_on(w).unwrap();
+    }
+    let after = acked.lock().unwrap().len();
+    assert!(after > before.len(), "the agents kept writing during the backup");
+    server.kill().unwrap();
+    server.wait().unwrap();
+
+    let db = rusqlite::Connection::open(backup.join("macp.db")).unwrap();
+    let integrity: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(integrity, "ok");
+    let mut stmt = db.prepare("SELECT finding_id FROM findings").unwrap();
+    let held: std::collections::HashSet<String> =
+        stmt.query_map([], |r| r.get::<_, String>(0)).unwrap().map(|r| r.unwrap()).collect();
+    let missing = before.iter().filter(|id| !held.contains(*id)).count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} findings acknowledged before the backup are not in it",
+        before.len()
+    );
+}
