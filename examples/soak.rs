@@ -466,8 +466,12 @@ async fn run(a: Args) -> Result<bool, String> {
         a.macp,
         if a.server_args.is_empty() { "embedded default".to_owned() } else { a.server_args.join(" ") }
     );
-    let last = (elapsed.as_secs() as usize).saturating_sub(1) / bucket.as_secs() as usize;
+    // The last bucket that lies wholly inside the run (calls still in flight at the deadline
+    // finish after it).
+    let last = (a.seconds as usize).saturating_sub(1) / bucket.as_secs() as usize;
     let tools: BTreeMap<String, ()> = rec.latency.keys().map(|(t, _)| (t.clone(), ())).collect();
+    let total: usize = rec.latency.values().map(Vec::len).sum();
+    println!("{total} calls, {:.0} calls/s", total as f64 / elapsed.as_secs_f64());
     println!(
         "{:<22} {:>8} {:>8}   first {}s: p50 / p99 ms   last {}s: p50 / p99 ms",
         "tool",

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The "Through the binary" figures of BENCHMARKS.md: the release `macp serve` driven over real
+# connections by the independent load generator ../shared/bench/mcpload (rmcp 3.11 client), with
+# its minimal rmcp server (echo-server) as the floor, in one run.
+#
+#   bash scripts/bench-mcpload.sh            # about 5 minutes on 2 cores (plus builds)
+#   bash scripts/bench-mcpload.sh --soak     # and the 10-minute soak, 32 agents
+#   bash scripts/bench-mcpload.sh --soak-aws # only the 5-minute soak on the AWS backend (moto), 8 agents
+#
+# The load generator is built outside the tree (MCPLOAD_DIR, default ../shared/bench/mcpload;
+# its build goes to MCPLOAD_TARGET, default ~/.cache/macp/mcpload-target). Every run gets a fresh
+# data directory. "server" columns are the tool's own time from the server's log line (what the
+# SDK call costs inside the binary); "added" is end-to-end minus that: the MCP transport, JSON
+# and the client's work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+soak=false
+[ "${1:-}" = "--soak" ] && soak=true
+if [ "${1:-}" = "--soak-aws" ]; then
+  # The AWS backend on moto (scripts/aws-tests.sh starts it the same way), 32 agents, 5 minutes.
+  target="${CARGO_TARGET_DIR:-target}"
+  python=$(bash scripts/setup-e2e.sh | tail -n 1)
+  cargo build --release --quiet -p macp-mcp --bin macp --features aws
+  cargo build --release --quiet -p macp-examples --bin soak
+  export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-west-2
+  coproc MOTO { exec "$python" tests/aws/moto_macp.py --port 0 --exit-on-stdin-eof 2>/dev/null; }
+  read -r line <&"${MOTO[0]}"
+  export MACP_AWS_ENDPOINT_URL=${line#listening on } MACP_AWS_TABLE_PREFIX=soak-
+  "$target/release/macp" setup --backend aws >/dev/null
+  # moto serves one request at a time: 8 agents keep it busy without only measuring its queue.
+  echo "### Soak: 8 agents, 5 minutes, AWS backend on moto ($MACP_AWS_ENDPOINT_URL)"
+  echo '```'
+  "$target/release/soak" --macp "$target/release/macp" --agents 8 --seconds 300 \
+    --server-arg --backend --server-arg aws
+  echo '```'
+  exit 0
+fi
+mcpload_dir="${MCPLOAD_DIR:-../shared/bench/mcpload}"
+if [ ! -f "$mcpload_dir/Cargo.toml" ]; then
+  echo "no load generator at $mcpload_dir (set MCPLOAD_DIR)"; exit 1
+fi
+mcpload_target="${MCPLOAD_TARGET:-$HOME/.cache/macp/mcpload-target}"
+(cd "$mcpload_dir" && CARGO_TARGET_DIR="$mcpload_target" cargo build --release --quiet)
+B="$mcpload_target/release"
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release --quiet -p macp-mcp --bin macp
+cargo build --release --quiet -p macp-examples --bin soak
+M="$target/release/macp"
+W="$mcpload_dir/workloads"
+L=benches/mcpload
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+# start NAME [args]: a fresh server on a free port; sets $url and $pid.
+start() {
+  local name=$1; shift
+  "$M" serve --bind 127.0.0.1:0 --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
+  pid=$!; pids+=("$pid")
+  for _ in $(seq 1 100); do
+    url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/$name.log" || true)
+    [ -n "$url" ] && return 0
+    sleep 0.1
+  done
+  echo "server $name did not start"; cat "$work/$name.log"; exit 1
+}
+
+# load WORKLOAD CLIENTS [N]: one mcpload run; prints "calls/s p50 p99 errors lost".
+load() {
+  local n=${3:+-n $3}
+  "$B/mcpload" --http "$url" -w "$1" -c "$2" $n --max-seconds 900 2>/dev/null | tail -n 1 \
+    | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d["latency_ms"]; print(d["calls_per_s"], l["p50"], l["p99"], d["errors"], d.get("lost_writes", 0))'
+}
+
+# server_ms LOG TOOL: median of the server's own time for the tool's calls.
+server_ms() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+ms = sorted(json.loads(l)["fields"]["ms"] for l in open(sys.argv[1]) if f'"tool":"{sys.argv[2]}"' in l)
+print(f"{ms[len(ms)//2]:.3f}" if ms else "nan")
+PY
+}
+
+rss_mb() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
+
+row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
+
+echo "## mcpload against the release binary, $(date -u +%Y-%m-%d), $(nproc) cores"
+echo
+echo "| what | clients | calls/s | median ms | p99 ms | errors / lost |"
+echo "|---|---|---|---|---|---|"
+"$B/echo-server" >"$work/echo.url" & pids+=($!)
+sleep 0.5
+url=$(cat "$work/echo.url")
+read -r cps p50 p99 err lost < <(load "$W/echo-note.json" 1)
+row "floor: echo-server \`note\`" 1 "$cps" "$p50" "$p99" "$err / $lost"
+for c in 1 8; do
+  start "post$c"
+  read -r cps p50 p99 err lost < <(load "$W/macp-post-finding.json" "$c" $((c == 1 ? 4000 : 16000)))
+  row "\`post_finding\` (durable, indexed inline)" "$c" "$cps" "$p50" "$p99" "$err / $lost"
+  kill "$pid"
+done
+start summary
+read -r cps p50 p99 err lost < <(load "$W/macp-room-summary.json" 1 4000)
+row "\`get_room_summary\`" 1 "$cps" "$p50" "$p99" "$err / $lost"
+kill "$pid"
+
+echo
+echo "### One room of 100,000 findings"
+echo
+start big
+t0=$(date +%s)
+read -r cps p50 p99 err lost < <(load "$W/macp-post-finding.json" 8 100000)
+echo "Loaded with 8 clients in $(( $(date +%s) - t0 )) s: $cps posts/s, p50 $p50 ms, p99 $p99 ms, errors $err, lost $lost; RSS $(rss_mb "$pid") MB before any search."
+echo
+echo "| call | median ms | p99 ms | server median ms | added by MCP ms |"
+echo "|---|---|---|---|---|"
+for w in search-common search-note room-context updates-page updates-idle; do
+  cp "$work/big.log" "$work/before.log"
+  read -r cps p50 p99 err lost < <(load "$L/$w.json" 1)
+  tool=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["call"]["tool"])' "$L/$w.json")
+  tail -n +"$(( $(wc -l <"$work/before.log") + 1 ))" "$work/big.log" >"$work/part.log"
+  s=$(server_ms "$work/part.log" "$tool")
+  printf '| `%s` | %s | %s | %s | %s |\n' "$w" "$p50" "$p99" "$s" "$(python3 -c "print(f'{$p50 - $s:.3f}')")"
+done
+echo
+echo "RSS with the room's search indexes loaded: $(rss_mb "$pid") MB."
+kill "$pid"; wait "$pid" 2>/dev/null || true
+# Restart on the same data: the time to the first search answer, from the moment the server
+# says it is listening.
+"$M" serve --bind 127.0.0.1:0 --data-dir "$work/big" >"$work/big2.log" 2>&1 & pid=$!; pids+=("$pid")
+for _ in $(seq 1 100); do
+  url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/big2.log" || true); [ -n "$url" ] && break; sleep 0.05
+done
+read -r cps p50 p99 err lost < <(load "$L/search-common.json" 1 1)
+echo "After a restart: the first search answered in $p50 ms; the server loaded the room's indexes in $(python3 -c '
+import json,sys
+for l in open(sys.argv[1]):
+    if "search indexes loaded" in l: print(json.loads(l)["fields"]["ms"], "ms"); break
+else: print("(not yet)")' "$work/big2.log") at start; RSS $(rss_mb "$pid") MB."
+kill "$pid"
+
+if $soak; then
+  echo
+  echo "### Soak: 32 agents, 10 minutes, embedded default"
+  echo '```'
+  "$target/release/soak" --macp "$M" --agents 32 --seconds 600
+  echo '```'
+fi
