@@ -184,13 +184,6 @@ impl AgentStore for MemoryStore {
     }
 }
 
-fn matches(f: &Finding, q: &FindingQuery) -> bool {
-    (q.tags_any.is_empty() || f.tags.iter().any(|t| q.tags_any.contains(t)))
-        && q.agent_id.as_ref().is_none_or(|a| &f.agent_id == a)
-        && q.since.is_none_or(|t| f.created_at >= t)
-        && q.until.is_none_or(|t| f.created_at < t)
-}
-
 #[async_trait]
 impl FindingStore for MemoryStore {
     async fn append_finding(
@@ -224,7 +217,7 @@ impl FindingStore for MemoryStore {
         let s = self.lock();
         let Some(list) = s.findings.get(&room_id) else { return Ok(Vec::new()) };
         let in_range = |f: &&Finding| f.seq > q.after_seq && q.before_seq.is_none_or(|b| f.seq < b);
-        let it = list.iter().filter(in_range).filter(|f| matches(f, q));
+        let it = list.iter().filter(in_range).filter(|f| q.matches(f));
         Ok(if q.descending {
             it.rev().take(q.limit).cloned().collect()
         } else {
@@ -355,12 +348,8 @@ impl EntityStore for MemoryStore {
         }
         let e =
             s.entities.get_mut(&(room_id, entity_id)).ok_or_else(|| Error::not_found("entity", entity_id))?;
-        e.identifiers.extend(added);
-        e.identifiers.sort();
-        e.identifiers.dedup();
-        for (k, v) in properties {
-            e.properties.entry(k.clone()).or_insert_with(|| v.clone());
-        }
+        e.add_identifiers(added);
+        e.add_missing_properties(properties);
         let entity = e.clone();
         s.record(room_id, claim);
         Ok(AttachEntity::Attached { entity, claimed_elsewhere })
@@ -419,14 +408,12 @@ impl EntityStore for MemoryStore {
         if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
             return Err(Error::conflict("one of the entities was merged concurrently"));
         }
-        let loser_ids = l.identifiers.clone();
+        let l = l.clone();
         if let Some(l) = s.entities.get_mut(&(room_id, loser)) {
             l.merged_into = Some(winner);
         }
         let w = s.entities.get_mut(&(room_id, winner)).ok_or_else(|| Error::not_found("entity", winner))?;
-        w.identifiers.extend(loser_ids);
-        w.identifiers.sort();
-        w.identifiers.dedup();
+        w.absorb(&l);
         Ok(w.clone())
     }
 
@@ -443,14 +430,7 @@ impl EntityStore for MemoryStore {
         let key = (rel.room_id, RelationshipKey::of(rel));
         let out = match s.relationships.get_mut(&key) {
             Some(existing) => {
-                for ev in &rel.evidence {
-                    if !existing.evidence.contains(ev) {
-                        existing.evidence.push(ev.clone());
-                    }
-                }
-                if existing.description.is_none() {
-                    existing.description = rel.description.clone();
-                }
+                existing.absorb(rel);
                 (existing.clone(), false)
             }
             None => {

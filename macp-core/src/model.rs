@@ -282,6 +282,37 @@ pub struct Entity {
     pub merged_into: Option<EntityId>,
 }
 
+impl Entity {
+    /// Adds identifiers. An entity's identifiers are a set kept sorted by `(type, value)`: this
+    /// is the one place that order and uniqueness are decided, for every store.
+    pub fn add_identifiers(&mut self, identifiers: impl IntoIterator<Item = Identifier>) {
+        self.identifiers = identifier_union(&self.identifiers, identifiers);
+    }
+
+    /// Adds each property whose key the entity does not have yet. Existing values win: the
+    /// first agent to state a property keeps it.
+    pub fn add_missing_properties(&mut self, properties: &Map<String, Value>) {
+        for (k, v) in properties {
+            self.properties.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+
+    /// What a merge makes of the winner (`self`) and `loser`: the winner, holding the union of
+    /// both entities' identifiers. (The loser keeps its own and points at the winner.)
+    pub fn absorb(&mut self, loser: &Entity) {
+        self.add_identifiers(loser.identifiers.iter().cloned());
+    }
+}
+
+/// The sorted set of identifiers in `a` and `b`: what an entity holds after an attach or a
+/// merge, and what the service checks against the identifier limit before either.
+pub fn identifier_union(a: &[Identifier], b: impl IntoIterator<Item = Identifier>) -> Vec<Identifier> {
+    let mut all: Vec<Identifier> = a.iter().cloned().chain(b).collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
 /// A directed, typed edge between two entities.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -308,6 +339,22 @@ pub struct Relationship {
     /// The first assertion's retry key, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+}
+
+impl Relationship {
+    /// Adds a repeated assertion of the same edge: each of its evidence items not already held
+    /// (by equality), in order, and its description if the edge has none. Everything else of
+    /// the first assertion (author, time, key) is kept.
+    pub fn absorb(&mut self, again: &Relationship) {
+        for ev in &again.evidence {
+            if !self.evidence.contains(ev) {
+                self.evidence.push(ev.clone());
+            }
+        }
+        if self.description.is_none() {
+            self.description.clone_from(&again.description);
+        }
+    }
 }
 
 /// Metadata of a file attached to the room (the bytes live in the artifact store).

@@ -206,6 +206,8 @@ macro_rules! conformance_tests {
             merge_refuses_to_exceed_the_identifier_limit,
             concurrent_opposite_merges_never_form_a_cycle,
             repeated_relationship_adds_evidence_to_one_edge,
+            a_repeated_relationship_keeps_its_first_description_and_evidence_order,
+            entity_identifiers_stay_a_sorted_set_through_attach_and_merge,
             relationship_endpoints_must_exist_and_differ,
             idempotent_add_relationship_replays,
             entity_graph_walks_to_depth_and_refuses_deeper,

@@ -171,12 +171,8 @@ impl EntityStore for AwsBackend {
                     None => added.push(i.clone()),
                 }
             }
-            e.identifiers.extend(added.iter().cloned());
-            e.identifiers.sort();
-            e.identifiers.dedup();
-            for (k, v) in properties {
-                e.properties.entry(k.clone()).or_insert_with(|| v.clone());
-            }
+            e.add_identifiers(added.iter().cloned());
+            e.add_missing_properties(properties);
             let key = key2("room_id", room_id.to_string(), "entity_id", entity_id.to_string());
             let mut items = vec![self.cond_update(
                 &self.names.entities,
@@ -276,9 +272,7 @@ impl EntityStore for AwsBackend {
         if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
             return Err(Error::conflict("one of the entities was merged concurrently"));
         }
-        w.identifiers.extend(l.identifiers.iter().cloned());
-        w.identifiers.sort();
-        w.identifiers.dedup();
+        w.absorb(&l);
         l.merged_into = Some(winner);
         let items = vec![
             self.cond_update(
@@ -334,14 +328,7 @@ impl EntityStore for AwsBackend {
                 Some(item) => {
                     let mut r: Relationship = doc(&item)?;
                     let version = opt_n(&item, "version").unwrap_or(0);
-                    for ev in &rel.evidence {
-                        if !r.evidence.contains(ev) {
-                            r.evidence.push(ev.clone());
-                        }
-                    }
-                    if r.description.is_none() {
-                        r.description = rel.description.clone();
-                    }
+                    r.absorb(rel);
                     let u = self.cond_update(
                         &self.names.relationships,
                         rel_key(room, &key),

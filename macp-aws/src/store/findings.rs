@@ -134,9 +134,7 @@ impl FindingStore for AwsBackend {
             }
             None => "room_id = :r AND seq > :a",
         };
-        let tags = q.tags_any.clone();
-        let agent = q.agent_id.clone();
-        let (since, until) = (q.since, q.until);
+        let filter = q.clone();
         let items = self
             .query_all(
                 &self.names.findings,
@@ -147,19 +145,9 @@ impl FindingStore for AwsBackend {
                 values,
                 !q.descending,
                 true,
-                move |item| {
-                    let ok_tags = tags.is_empty()
-                        || item
-                            .get("tags")
-                            .and_then(|t| t.as_ss().ok())
-                            .is_some_and(|have| have.iter().any(|t| tags.contains(t)));
-                    let ok_agent = agent.as_ref().is_none_or(|a| opt_s(item, "agent_id") == Some(a.as_str()));
-                    let at = opt_n(item, "created_at").unwrap_or(0);
-                    ok_tags
-                        && ok_agent
-                        && since.is_none_or(|t| at >= t.as_millis())
-                        && until.is_none_or(|t| at < t.as_millis())
-                },
+                // The filters are core's (FindingQuery::matches), on the decoded finding; an item
+                // that does not decode is kept, so that reading it reports the corruption.
+                move |item| finding_of(item).map_or(true, |f| filter.matches(&f)),
                 q.limit,
             )
             .await?;

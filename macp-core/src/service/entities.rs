@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::{Aliases, Macp, Principal, check_replay, claim, fingerprint};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, RoomId};
-use crate::model::{Entity, EntityType, Evidence, Identifier, Relationship};
+use crate::model::{Entity, EntityType, Evidence, Identifier, Relationship, identifier_union};
 use crate::store::{AttachEntity, CreateEntity, RelationshipKey, Write, WriteOperation};
 use crate::validate;
 
@@ -321,9 +321,7 @@ impl Macp {
         }
         let target = holders[0];
         let existing = self.canonical_entity(req.room_id, target).await?;
-        let mut union: Vec<&Identifier> = existing.identifiers.iter().chain(identifiers.iter()).collect();
-        union.sort();
-        union.dedup();
+        let union = identifier_union(&existing.identifiers, identifiers.iter().cloned());
         // Only identifiers it does not hold yet count: attaching by ones it has is always fine.
         if union.len() > existing.identifiers.len() && union.len() > l.max_identifiers {
             return Err(Error::InvalidInput {
@@ -337,11 +335,9 @@ impl Macp {
                 limit: Some(l.max_identifiers as u64),
             });
         }
-        let mut merged_props = existing.properties.clone();
-        for (k, v) in &req.properties {
-            merged_props.entry(k.clone()).or_insert_with(|| v.clone());
-        }
-        validate::properties(&merged_props, l)?;
+        let mut after = existing.clone();
+        after.add_missing_properties(&req.properties);
+        validate::properties(&after.properties, l)?;
 
         let claim = claim(key.as_ref(), WriteOperation::AddEntity, &print, format!("attached:{target}"), now);
         match store
@@ -555,9 +551,7 @@ impl Macp {
         let max = self.inner.limits.max_identifiers;
         let w = self.canonical_entity(room_id, winner).await?;
         let lo = self.canonical_entity(room_id, loser).await?;
-        let mut union: Vec<&Identifier> = w.identifiers.iter().chain(lo.identifiers.iter()).collect();
-        union.sort();
-        union.dedup();
+        let union = identifier_union(&w.identifiers, lo.identifiers.iter().cloned());
         if union.len() > max {
             return Err(Error::InvalidInput {
                 field: "loser_entity_id".into(),

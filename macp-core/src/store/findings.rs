@@ -51,6 +51,15 @@ impl FindingQuery {
     pub fn latest(limit: usize) -> Self {
         Self { descending: true, ..Self::after(0, limit) }
     }
+
+    /// Whether `f` passes the filters (tags, agent, time range; not the sequence bounds, which
+    /// stores read by). A store that cannot filter in its query language filters with this.
+    pub fn matches(&self, f: &Finding) -> bool {
+        (self.tags_any.is_empty() || f.tags.iter().any(|t| self.tags_any.contains(t)))
+            && self.agent_id.as_ref().is_none_or(|a| &f.agent_id == a)
+            && self.since.is_none_or(|t| f.created_at >= t)
+            && self.until.is_none_or(|t| f.created_at < t)
+    }
 }
 
 /// Counts over a room's findings.

@@ -130,6 +130,7 @@ impl EntityStore for SqliteStore {
             let mut entity = entity_in(tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
             let taken = claims_of(tx, &room, &identifiers)?;
             let mut claimed_elsewhere = Vec::new();
+            let mut added = Vec::new();
             for i in &identifiers {
                 match taken.iter().find(|(t, _)| t == i) {
                     Some((_, holder)) if *holder != entity_id => claimed_elsewhere.push((i.clone(), *holder)),
@@ -140,15 +141,12 @@ impl EntityStore for SqliteStore {
                             params![room, i.id_type, i.value, entity_id.to_string()],
                         )
                         .map_err(sql_err)?;
-                        entity.identifiers.push(i.clone());
+                        added.push(i.clone());
                     }
                 }
             }
-            entity.identifiers.sort();
-            entity.identifiers.dedup();
-            for (k, v) in properties {
-                entity.properties.entry(k).or_insert(v);
-            }
+            entity.add_identifiers(added);
+            entity.add_missing_properties(&properties);
             exec(tx,
                 "UPDATE entities SET identifiers = ?, properties = ? WHERE room_id = ? AND entity_id = ?",
                 params![to_json(&entity.identifiers), to_json(&entity.properties), room, entity_id.to_string()],
@@ -227,9 +225,7 @@ impl EntityStore for SqliteStore {
             if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
                 return Err(Error::conflict("one of the entities was merged concurrently"));
             }
-            w.identifiers.extend(l.identifiers);
-            w.identifiers.sort();
-            w.identifiers.dedup();
+            w.absorb(&l);
             exec(
                 tx,
                 "UPDATE entities SET merged_into = ? WHERE room_id = ? AND entity_id = ?",
@@ -269,14 +265,7 @@ impl EntityStore for SqliteStore {
             );
             let out = match query_all(tx, &sql, &key, rel_from_row)?.pop() {
                 Some(mut existing) => {
-                    for ev in &rel.evidence {
-                        if !existing.evidence.contains(ev) {
-                            existing.evidence.push(ev.clone());
-                        }
-                    }
-                    if existing.description.is_none() {
-                        existing.description = rel.description.clone();
-                    }
+                    existing.absorb(&rel);
                     exec(tx,
                         "UPDATE relationships SET evidence = ?, description = ? WHERE room_id = ? AND source_entity_id = ? AND relationship_type = ? AND target_entity_id = ?",
                         params![

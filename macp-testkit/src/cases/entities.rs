@@ -422,6 +422,152 @@ pub async fn repeated_relationship_adds_evidence_to_one_edge(backend: Backend) {
     assert_eq!(f.macp.room_summary(&f.alice, f.room).await.unwrap().relationship_count, 1);
 }
 
+/// A repeated assertion never replaces what the edge has: a description stays the first one
+/// given, and evidence keeps its order, each item once.
+pub async fn a_repeated_relationship_keeps_its_first_description_and_evidence_order(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let web = f.entity("web", "service", "web").await;
+    let db = f.entity("db", "service", "db").await;
+    let ev = |r: &str| Evidence {
+        kind: EvidenceKind::Log,
+        reference: r.into(),
+        description: None,
+        captured_at: None,
+    };
+    let first = f
+        .macp
+        .add_relationship(
+            &f.alice,
+            AddRelationship {
+                evidence: vec![ev("log/b"), ev("log/a")],
+                description: Some("web calls db for sessions".into()),
+                ..AddRelationship::new(f.room, f.a.clone(), web, "calls", db)
+            },
+        )
+        .await
+        .unwrap();
+    assert!(first.created);
+    let again = f
+        .macp
+        .add_relationship(
+            &f.bob,
+            AddRelationship {
+                evidence: vec![ev("log/c"), ev("log/a"), ev("log/c")],
+                description: Some("a different account of the same edge".into()),
+                ..AddRelationship::new(f.room, f.b.clone(), web, "calls", db)
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(
+        again.relationship.description.as_deref(),
+        Some("web calls db for sessions"),
+        "the first description stays"
+    );
+    assert_eq!(
+        again.relationship.evidence,
+        vec![ev("log/b"), ev("log/a"), ev("log/c")],
+        "first assertion's evidence in its order, then new items once each"
+    );
+    let graph = f
+        .macp
+        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(web), depth: Some(1) })
+        .await
+        .unwrap();
+    assert_eq!(graph.relationships.len(), 1);
+    assert_eq!(graph.relationships[0], again.relationship, "what is stored is what was answered");
+}
+
+/// An entity's identifiers are a set sorted by (type, value), whatever order they arrive in,
+/// after an attach and after a merge; and the first value given for a property stays.
+pub async fn entity_identifiers_stay_a_sorted_set_through_attach_and_merge(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let id = |t: &str, v: &str| Identifier { id_type: t.into(), value: v.into() };
+    let a = f
+        .macp
+        .add_entity(
+            &f.alice,
+            AddEntity::new(f.room, f.a.clone(), "api", EntityType::Resource)
+                .identifier("k8s_service", "api")
+                .identifier("arn", "arn:aws:ecs:us-west-2:1:service/api")
+                .property("owner", "team-a"),
+        )
+        .await
+        .unwrap();
+    let sorted = |v: &[Identifier]| {
+        let mut s = v.to_vec();
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert_eq!(a.entity.identifiers, sorted(&a.entity.identifiers));
+    // Attach through a shared identifier, with new ones out of order and one already held.
+    let attached = f
+        .macp
+        .add_entity(
+            &f.bob,
+            AddEntity::new(f.room, f.b.clone(), "api service", EntityType::Resource)
+                .identifier("url", "https://api.internal")
+                .identifier("k8s_service", "api")
+                .identifier("hostname", "api.internal")
+                .property("owner", "team-b")
+                .property("tier", "1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(attached.entity.entity_id, a.entity.entity_id);
+    let want = vec![
+        id("arn", "arn:aws:ecs:us-west-2:1:service/api"),
+        id("hostname", "api.internal"),
+        id("k8s_service", "api"),
+        id("url", "https://api.internal"),
+    ];
+    assert_eq!(attached.entity.identifiers, want, "sorted, each once");
+    assert_eq!(attached.entity.properties["owner"], "team-a", "the first value stays");
+    assert_eq!(attached.entity.properties["tier"], "1");
+    // Merge an entity whose identifiers interleave with and repeat the winner's.
+    let b = f
+        .macp
+        .add_entity(
+            &f.alice,
+            AddEntity::new(f.room, f.a.clone(), "api (old name)", EntityType::Resource)
+                .identifier("ip", "10.0.0.7")
+                .identifier("ecs_task", "api-task"),
+        )
+        .await
+        .unwrap();
+    let merged = f
+        .macp
+        .merge_entities(
+            &f.alice,
+            MergeEntities {
+                room_id: f.room,
+                agent_id: f.a.clone(),
+                winner_entity_id: a.entity.entity_id,
+                loser_entity_id: b.entity.entity_id,
+            },
+        )
+        .await
+        .unwrap();
+    let mut all = want.clone();
+    all.extend([id("ecs_task", "api-task"), id("ip", "10.0.0.7")]);
+    assert_eq!(merged.entity.entity.identifiers, sorted(&all), "the union, sorted, each once");
+    let graph = f
+        .macp
+        .entity_graph(
+            &f.bob,
+            GraphQuery { room_id: f.room, entity_id: Some(b.entity.entity_id), depth: Some(1) },
+        )
+        .await
+        .unwrap();
+    let root = graph.entities.iter().find(|e| e.entity.entity_id == a.entity.entity_id).unwrap();
+    assert_eq!(
+        root.entity.identifiers, merged.entity.entity.identifiers,
+        "what is stored is what was answered"
+    );
+}
+
 /// Endpoints must exist in the room, and an entity cannot relate to itself (even via a merge).
 pub async fn relationship_endpoints_must_exist_and_differ(backend: Backend) {
     let f = Fixture::new(&backend).await;
