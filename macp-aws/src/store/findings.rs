@@ -12,7 +12,7 @@ use macp_core::{Error, FindingId, Result, RoomId, Timestamp};
 
 use crate::AwsBackend;
 use crate::ddb::*;
-use crate::ddb::{Item, aws_err, code_of, doc, get_n, get_s, json, n, opt_n, opt_s, s};
+use crate::ddb::{Item, aws_err, code_of, doc, get_n, get_s, json, n, opt_n, s};
 
 // ---------------------------------------------------------------------------------------------
 
