@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("room {} ({}): {}", room.room_id, room.name.as_deref().unwrap_or("-"), room.objective);
 
     // Bob starts polling for updates before anything is posted.
-    let mut bob_cursor = macp.updates(&bob, UpdatesQuery::new(room.room_id, None)).await?.cursor;
+    let mut bob_cursor = macp.updates(&bob, UpdatesQuery::new(room.room_id)).await?.cursor;
 
     // Both agents name the same database host, spelled differently: one entity.
     let db = macp
@@ -111,7 +111,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &alice,
             MergeEntities {
                 room_id: room.room_id,
-                agent_id: a.agent_id.clone(),
+                agent_id: Some(a.agent_id.clone()),
                 winner_entity_id: api.entity.entity_id,
                 loser_entity_id: deploy.entity.entity_id,
             },
@@ -156,7 +156,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &bob,
         DeclareStatus {
             room_id: room.room_id,
-            agent_id: b.agent_id.clone(),
+            agent_id: Some(b.agent_id.clone()),
             status: AgentStatus::Blocked,
             reason: Some("need a DBA to confirm before lowering the pool size".into()),
         },
@@ -164,13 +164,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
 
     // Bob's poll returns both findings, once.
-    let updates = macp.updates(&bob, UpdatesQuery::new(room.room_id, Some(bob_cursor.clone()))).await?;
+    let updates = macp.updates(&bob, UpdatesQuery::new(room.room_id).cursor(bob_cursor.clone())).await?;
     bob_cursor = updates.cursor;
     println!("\nbob's updates ({} new):", updates.findings.len());
     for f in &updates.findings {
         println!("  #{} [{}] {} — {}", f.seq, f.tags.join(","), f.agent_id, f.content);
     }
-    let again = macp.updates(&bob, UpdatesQuery::new(room.room_id, Some(bob_cursor))).await?;
+    let again = macp.updates(&bob, UpdatesQuery::new(room.room_id).cursor(bob_cursor)).await?;
     assert!(again.findings.is_empty(), "nothing is repeated");
 
     // Search by meaning: none of these words is in the finding it should find first.

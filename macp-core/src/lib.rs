@@ -40,7 +40,7 @@
 //! assert_eq!(one.entity.entity_id, two.entity.entity_id);
 //! assert!(!two.created);
 //!
-//! let updates = macp.updates(&bob, UpdatesQuery::new(room.room_id, None)).await?;
+//! let updates = macp.updates(&bob, UpdatesQuery::new(room.room_id)).await?;
 //! assert!(updates.findings.is_empty());
 //! # Ok(()) }
 //! ```

@@ -63,8 +63,10 @@ async fn run(label: &str, store: Arc<dyn Store>) {
     let mut cursors = vec![None];
     let mut c = None;
     loop {
-        let u =
-            macp.updates(&me, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room, c) }).await.unwrap();
+        let u = macp
+            .updates(&me, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room).cursor(c) })
+            .await
+            .unwrap();
         cursors.push(Some(u.cursor.clone()));
         c = Some(u.cursor);
         if !u.has_more {
@@ -76,7 +78,7 @@ async fn run(label: &str, store: Arc<dyn Store>) {
         let cursor = cursors[(i * 7919) % cursors.len()].clone();
         let t = Instant::now();
         let u = macp
-            .updates(&me, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room, cursor) })
+            .updates(&me, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room).cursor(cursor) })
             .await
             .unwrap();
         lat.push(t.elapsed());

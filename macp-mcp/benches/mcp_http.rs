@@ -69,8 +69,10 @@ async fn seeded(macp: &Macp, who: &Principal) -> (RoomId, Vec<String>) {
     let mut cursors = vec![String::new()];
     let mut c = None;
     loop {
-        let u =
-            macp.updates(who, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room, c) }).await.unwrap();
+        let u = macp
+            .updates(who, UpdatesQuery { limit: Some(100), ..UpdatesQuery::new(room).cursor(c) })
+            .await
+            .unwrap();
         cursors.push(u.cursor.clone());
         c = Some(u.cursor);
         if !u.has_more {
@@ -84,8 +86,10 @@ async fn seeded(macp: &Macp, who: &Principal) -> (RoomId, Vec<String>) {
 async fn head(macp: &Macp, who: &Principal, room: RoomId) -> String {
     let mut c = None;
     loop {
-        let u =
-            macp.updates(who, UpdatesQuery { limit: Some(500), ..UpdatesQuery::new(room, c) }).await.unwrap();
+        let u = macp
+            .updates(who, UpdatesQuery { limit: Some(500), ..UpdatesQuery::new(room).cursor(c) })
+            .await
+            .unwrap();
         if !u.has_more {
             return u.cursor;
         }
@@ -176,7 +180,7 @@ fn main() {
                 async move {
                     let k = &cur[(c * 31 + i * 7) % (cur.len() - 1)];
                     let cursor = (!k.is_empty()).then(|| k.clone());
-                    m.updates(&w, UpdatesQuery::new(sdk_room, cursor)).await.unwrap();
+                    m.updates(&w, UpdatesQuery::new(sdk_room).cursor(cursor)).await.unwrap();
                 }
             })
             .await;
@@ -186,7 +190,7 @@ fn main() {
             let (lat, wall) = drive(clients, move |_, _| {
                 let (m, w, tail) = (m.clone(), w.clone(), tail.clone());
                 async move {
-                    m.updates(&w, UpdatesQuery::new(sdk_room, tail)).await.unwrap();
+                    m.updates(&w, UpdatesQuery::new(sdk_room).cursor(tail)).await.unwrap();
                 }
             })
             .await;

@@ -39,21 +39,6 @@ use tokio::sync::Mutex;
 use crate::http::Rpc;
 use crate::server::Authenticated;
 
-/// Tools that write. A token without the write scope (when one is configured) may call only the
-/// others.
-pub const WRITE_TOOLS: &[&str] = &[
-    "create_room",
-    "join_room",
-    "close_room",
-    "declare_status",
-    "post_finding",
-    "add_entity",
-    "add_relationship",
-    "merge_entities",
-    "request_artifact_upload",
-    "register_artifact",
-];
-
 /// How tokens are validated.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
@@ -428,7 +413,7 @@ pub async fn require_token(State(v): State<Verifier>, mut req: Request, next: Ne
     if !who.can_write
         && let Some(scope) = &cfg.write_scope
         && let Some(rpc) = req.extensions().get::<Rpc>()
-        && let Some(tool) = rpc.tool.as_deref().filter(|t| WRITE_TOOLS.contains(t))
+        && let Some(tool) = rpc.tool.as_deref().filter(|t| crate::access::writes(t))
     {
         tracing::info!(user = %who.principal.user_id, tool, reason = "insufficient_scope", "request refused");
         return insufficient_scope(&cfg, scope, tool, rpc.id.clone());

@@ -33,7 +33,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod args;
+pub mod access;
 pub mod auth;
 pub mod config;
 pub mod docs;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use macp_core::search::{Embedder, VectorIndex};
-use macp_core::service::{ListRooms, SearchFindings, TimelineQuery};
+use macp_core::service::{ListRooms, RoomFilter, SearchFindings, TimelineQuery};
 use macp_core::{Macp, Principal, RoomId};
 use macp_local::SqliteStore;
 use macp_local::blobs::LocalBlobStore;
@@ -260,7 +260,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
             let mut cursor = None;
             loop {
-                let status = if all { None } else { Some(macp_core::model::RoomStatus::Active) };
+                let status = if all { RoomFilter::All } else { RoomFilter::Active };
                 let page = macp
                     .list_rooms(&who, ListRooms { status, limit: Some(200), cursor })
                     .await

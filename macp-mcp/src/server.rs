@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::http::request::Parts;
-use macp_core::model::AgentSession;
+use macp_core::model::{AgentSession, Room};
 use macp_core::service::{
     AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, CreateRoom, DeclareStatus, EntityGraph,
     EntityOutcome, FindingPage, GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome,
     PostFinding, PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage,
-    RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    RoomRef, RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -38,7 +38,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::args::*;
+use crate::access;
 use crate::docs;
 
 /// What a tool returns: structured content on success, a structured tool error otherwise.
@@ -64,6 +64,13 @@ pub fn tool_error(e: &Error) -> CallToolResult {
     r
 }
 
+/// A tool's arguments as its request type (the same type the SDK takes, so the input schema
+/// published for the tool is that type's).
+///
+/// Tools take raw JSON and parse it here rather than through rmcp's `Parameters<T>`: a bad
+/// argument must come back as a tool error (`isError: true`, `invalid_input` naming the field)
+/// that the model reads and corrects, not as a JSON-RPC protocol error that most clients show
+/// to the person, or drop.
 fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, CallToolResult> {
     serde_json::from_value(serde_json::Value::Object(args)).map_err(|e| {
         tool_error(&Error::invalid(
@@ -172,6 +179,9 @@ impl MacpMcp {
                         r.remove_route(t);
                     }
                 }
+                for (name, route) in r.map.iter_mut() {
+                    route.attr.annotations = access::access(name).map(access::Access::annotations);
+                }
                 r
             },
             prompt_router: Self::prompt_router(),
@@ -191,34 +201,25 @@ impl MacpMcp {
         }
     }
 
-    fn reader(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, CallToolResult> {
+    /// Who calls. Whether they may (a write needs a token that can write) was checked for every
+    /// tool in `call_tool`, from [`access::TOOLS`].
+    fn who(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, CallToolResult> {
         self.auth(ctx).map(|a| a.principal)
-    }
-
-    fn writer(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, CallToolResult> {
-        let a = self.auth(ctx)?;
-        if !a.can_write {
-            return Err(tool_error(&Error::PermissionDenied {
-                message: "insufficient_scope: this token may only call read tools".into(),
-            }));
-        }
-        Ok(a.principal)
     }
 
     /// The agent a write acts as: the one named, else the one this MCP session joined the room
     /// with. Never guessed from the caller's other sessions: with auth off every client is the
     /// same local user, and a fresh client must not post as another client's agent.
-    async fn acting_agent(
+    fn session_agent(
         &self,
-        _who: &Principal,
         room_id: RoomId,
         named: Option<AgentId>,
-    ) -> Result<AgentId, CallToolResult> {
-        if let Some(a) = named {
-            return Ok(a);
+    ) -> Result<Option<AgentId>, CallToolResult> {
+        if named.is_some() {
+            return Ok(named);
         }
         if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
-            return Ok(a.clone());
+            return Ok(Some(a.clone()));
         }
         Err(tool_error(&Error::NotJoined {
             message: format!(
@@ -234,308 +235,187 @@ fn done<T>(r: macp_core::Result<T>) -> ToolResult<T> {
     r.map(Json).map_err(|e| tool_error(&e))
 }
 
+/// Each tool: its request type (input schema), its result type (output schema), one call into
+/// core. Write tools fill in the acting agent from the session when the call names none.
 #[tool_router]
 impl MacpMcp {
-    #[tool(description = docs::CREATE_ROOM, output_schema = output::<macp_core::model::Room>(), input_schema = input::<CreateRoomArgs>())]
-    async fn create_room(
-        &self,
-        args: JsonObject,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<macp_core::model::Room>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: CreateRoomArgs = parse(args)?;
-        let req = CreateRoom {
-            name: a.name,
-            objective: a.objective,
-            tags: a.tags.unwrap_or_default(),
-            visibility_mode: a.visibility_mode,
-        };
-        done(self.macp.create_room(&who, req).await)
+    #[tool(description = docs::CREATE_ROOM, output_schema = output::<Room>(), input_schema = input::<CreateRoom>())]
+    async fn create_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+        let who = self.who(&ctx)?;
+        done(self.macp.create_room(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::JOIN_ROOM, output_schema = output::<AgentSession>(), input_schema = input::<JoinRoomArgs>())]
-    async fn join_room(
-        &self,
-        args: JsonObject,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<AgentSession>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: JoinRoomArgs = parse(args)?;
-        let s = self
-            .macp
-            .join_room(&who, JoinRoom { room_id: a.room_id, agent_id: a.agent_id, agent_type: a.agent_type })
-            .await
-            .map_err(|e| tool_error(&e))?;
+    #[tool(description = docs::JOIN_ROOM, output_schema = output::<AgentSession>(), input_schema = input::<JoinRoom>())]
+    async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<AgentSession> {
+        let who = self.who(&ctx)?;
+        let s = self.macp.join_room(&who, parse(args)?).await.map_err(|e| tool_error(&e))?;
         self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());
         Ok(Json(s))
     }
 
-    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<macp_core::model::Room>(), input_schema = input::<RoomArgs>())]
-    async fn close_room(
-        &self,
-        args: JsonObject,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<macp_core::model::Room>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: RoomArgs = parse(args)?;
-        done(self.macp.close_room(&who, a.room_id).await)
+    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<Room>(), input_schema = input::<RoomRef>())]
+    async fn close_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+        let who = self.who(&ctx)?;
+        let r: RoomRef = parse(args)?;
+        done(self.macp.close_room(&who, r.room_id).await)
     }
 
-    #[tool(description = docs::LIST_ROOMS, output_schema = output::<RoomPage>(), input_schema = input::<ListRoomsArgs>(), annotations(read_only_hint = true))]
-    async fn list_rooms(
-        &self,
-        args: JsonObject,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<RoomPage>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: ListRoomsArgs = parse(args)?;
-        let req =
-            ListRooms { status: a.status.unwrap_or_default().status(), limit: a.limit, cursor: a.cursor };
-        done(self.macp.list_rooms(&who, req).await)
+    #[tool(description = docs::LIST_ROOMS, output_schema = output::<RoomPage>(), input_schema = input::<ListRooms>())]
+    async fn list_rooms(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<RoomPage> {
+        let who = self.who(&ctx)?;
+        done(self.macp.list_rooms(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::GET_ROOM_SUMMARY, output_schema = output::<RoomSummary>(), input_schema = input::<RoomArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::GET_ROOM_SUMMARY, output_schema = output::<RoomSummary>(), input_schema = input::<RoomRef>())]
     async fn get_room_summary(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<RoomSummary>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: RoomArgs = parse(args)?;
-        done(self.macp.room_summary(&who, a.room_id).await)
+    ) -> ToolResult<RoomSummary> {
+        let who = self.who(&ctx)?;
+        let r: RoomRef = parse(args)?;
+        done(self.macp.room_summary(&who, r.room_id).await)
     }
 
-    #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<RoomArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<RoomRef>())]
     async fn get_room_context(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<RoomContext>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: RoomArgs = parse(args)?;
-        done(self.macp.room_context(&who, a.room_id).await)
+    ) -> ToolResult<RoomContext> {
+        let who = self.who(&ctx)?;
+        let r: RoomRef = parse(args)?;
+        done(self.macp.room_context(&who, r.room_id).await)
     }
 
-    #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatusArgs>())]
+    #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]
     async fn declare_status(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<AgentSession>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: DeclareStatusArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        done(
-            self.macp
-                .declare_status(
-                    &who,
-                    DeclareStatus { room_id: a.room_id, agent_id, status: a.status, reason: a.reason },
-                )
-                .await,
-        )
+    ) -> ToolResult<AgentSession> {
+        let who = self.who(&ctx)?;
+        let mut req: DeclareStatus = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.declare_status(&who, req).await)
     }
 
-    #[tool(description = docs::POST_FINDING, output_schema = output::<PostedFinding>(), input_schema = input::<PostFindingArgs>())]
+    #[tool(description = docs::POST_FINDING, output_schema = output::<PostedFinding>(), input_schema = input::<PostFinding>())]
     async fn post_finding(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<PostedFinding>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: PostFindingArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = PostFinding {
-            room_id: a.room_id,
-            agent_id,
-            content: a.content,
-            tags: a.tags.unwrap_or_default(),
-            entity_refs: a.entity_refs.unwrap_or_default(),
-            evidence: a.evidence.unwrap_or_default(),
-            idempotency_key: a.idempotency_key,
-        };
+    ) -> ToolResult<PostedFinding> {
+        let who = self.who(&ctx)?;
+        let mut req: PostFinding = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.post_finding(&who, req).await)
     }
 
-    #[tool(description = docs::SEARCH_FINDINGS, output_schema = output::<SearchResults>(), input_schema = input::<SearchFindingsArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::SEARCH_FINDINGS, output_schema = output::<SearchResults>(), input_schema = input::<SearchFindings>())]
     async fn search_findings(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<SearchResults>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: SearchFindingsArgs = parse(args)?;
-        let req = SearchFindings {
-            room_id: a.room_id,
-            query: a.query,
-            limit: a.limit,
-            tags: a.tags.unwrap_or_default(),
-            agent_id: a.agent_id,
-        };
-        done(self.macp.search_findings(&who, req).await)
+    ) -> ToolResult<SearchResults> {
+        let who = self.who(&ctx)?;
+        done(self.macp.search_findings(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::GET_TIMELINE, output_schema = output::<FindingPage>(), input_schema = input::<TimelineArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::GET_TIMELINE, output_schema = output::<FindingPage>(), input_schema = input::<TimelineQuery>())]
     async fn get_timeline(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<FindingPage>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: TimelineArgs = parse(args)?;
-        let req = TimelineQuery {
-            room_id: a.room_id,
-            tags: a.tags.unwrap_or_default(),
-            agent_id: a.agent_id,
-            since: a.since,
-            until: a.until,
-            limit: a.limit,
-            cursor: a.cursor,
-        };
-        done(self.macp.timeline(&who, req).await)
+    ) -> ToolResult<FindingPage> {
+        let who = self.who(&ctx)?;
+        done(self.macp.timeline(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::GET_UPDATES, output_schema = output::<Updates>(), input_schema = input::<UpdatesArgs>(), annotations(read_only_hint = true))]
-    async fn get_updates(
-        &self,
-        args: JsonObject,
-        ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<Updates>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: UpdatesArgs = parse(args)?;
-        done(self.macp.updates(&who, UpdatesQuery::new(a.room_id, a.cursor)).await)
+    #[tool(description = docs::GET_UPDATES, output_schema = output::<Updates>(), input_schema = input::<UpdatesQuery>())]
+    async fn get_updates(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Updates> {
+        let who = self.who(&ctx)?;
+        done(self.macp.updates(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::ADD_ENTITY, output_schema = output::<EntityOutcome>(), input_schema = input::<AddEntityArgs>())]
+    #[tool(description = docs::ADD_ENTITY, output_schema = output::<EntityOutcome>(), input_schema = input::<AddEntity>())]
     async fn add_entity(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<EntityOutcome>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: AddEntityArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = AddEntity {
-            room_id: a.room_id,
-            agent_id,
-            name: a.name,
-            entity_type: a.entity_type,
-            identifiers: a.identifiers.unwrap_or_default(),
-            properties: a.properties.unwrap_or_default(),
-            idempotency_key: a.idempotency_key,
-        };
+    ) -> ToolResult<EntityOutcome> {
+        let who = self.who(&ctx)?;
+        let mut req: AddEntity = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.add_entity(&who, req).await)
     }
 
-    #[tool(description = docs::ADD_RELATIONSHIP, output_schema = output::<RelationshipOutcome>(), input_schema = input::<AddRelationshipArgs>())]
+    #[tool(description = docs::ADD_RELATIONSHIP, output_schema = output::<RelationshipOutcome>(), input_schema = input::<AddRelationship>())]
     async fn add_relationship(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<RelationshipOutcome>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: AddRelationshipArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = AddRelationship {
-            room_id: a.room_id,
-            agent_id,
-            source_entity_id: a.source_entity_id,
-            target_entity_id: a.target_entity_id,
-            relationship_type: a.relationship_type,
-            description: a.description,
-            evidence: a.evidence.unwrap_or_default(),
-            idempotency_key: a.idempotency_key,
-        };
+    ) -> ToolResult<RelationshipOutcome> {
+        let who = self.who(&ctx)?;
+        let mut req: AddRelationship = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.add_relationship(&who, req).await)
     }
 
-    #[tool(description = docs::MERGE_ENTITIES, output_schema = output::<MergeOutcome>(), input_schema = input::<MergeEntitiesArgs>())]
+    #[tool(description = docs::MERGE_ENTITIES, output_schema = output::<MergeOutcome>(), input_schema = input::<MergeEntities>())]
     async fn merge_entities(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<MergeOutcome>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: MergeEntitiesArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = MergeEntities {
-            room_id: a.room_id,
-            agent_id,
-            winner_entity_id: a.winner_entity_id,
-            loser_entity_id: a.loser_entity_id,
-        };
+    ) -> ToolResult<MergeOutcome> {
+        let who = self.who(&ctx)?;
+        let mut req: MergeEntities = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.merge_entities(&who, req).await)
     }
 
-    #[tool(description = docs::GET_ENTITY_GRAPH, output_schema = output::<EntityGraph>(), input_schema = input::<EntityGraphArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::GET_ENTITY_GRAPH, output_schema = output::<EntityGraph>(), input_schema = input::<GraphQuery>())]
     async fn get_entity_graph(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<EntityGraph>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: EntityGraphArgs = parse(args)?;
-        done(
-            self.macp
-                .entity_graph(&who, GraphQuery { room_id: a.room_id, entity_id: a.entity_id, depth: a.depth })
-                .await,
-        )
+    ) -> ToolResult<EntityGraph> {
+        let who = self.who(&ctx)?;
+        done(self.macp.entity_graph(&who, parse(args)?).await)
     }
-    #[tool(description = docs::REQUEST_ARTIFACT_UPLOAD, output_schema = output::<UploadTicket>(), input_schema = input::<RequestUploadArgs>())]
+
+    #[tool(description = docs::REQUEST_ARTIFACT_UPLOAD, output_schema = output::<UploadTicket>(), input_schema = input::<RequestUpload>())]
     async fn request_artifact_upload(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<UploadTicket>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: RequestUploadArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = RequestUpload {
-            room_id: a.room_id,
-            agent_id,
-            filename: a.filename,
-            content_type: a.content_type,
-            size: a.size,
-        };
+    ) -> ToolResult<UploadTicket> {
+        let who = self.who(&ctx)?;
+        let mut req: RequestUpload = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.request_artifact_upload(&who, req).await)
     }
 
-    #[tool(description = docs::REGISTER_ARTIFACT, output_schema = output::<ArtifactOutcome>(), input_schema = input::<RegisterArtifactArgs>())]
+    #[tool(description = docs::REGISTER_ARTIFACT, output_schema = output::<ArtifactOutcome>(), input_schema = input::<RegisterArtifact>())]
     async fn register_artifact(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<ArtifactOutcome>, CallToolResult> {
-        let who = self.writer(&ctx)?;
-        let a: RegisterArtifactArgs = parse(args)?;
-        let agent_id = self.acting_agent(&who, a.room_id, a.agent_id).await?;
-        let req = RegisterArtifact {
-            room_id: a.room_id,
-            agent_id,
-            key: a.key,
-            description: a.description,
-            linked_finding_ids: a.linked_finding_ids.unwrap_or_default(),
-            linked_entity_ids: a.linked_entity_ids.unwrap_or_default(),
-            idempotency_key: a.idempotency_key,
-        };
+    ) -> ToolResult<ArtifactOutcome> {
+        let who = self.who(&ctx)?;
+        let mut req: RegisterArtifact = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.register_artifact(&who, req).await)
     }
 
-    #[tool(description = docs::LIST_ARTIFACTS, output_schema = output::<ArtifactPage>(), input_schema = input::<ListArtifactsArgs>(), annotations(read_only_hint = true))]
+    #[tool(description = docs::LIST_ARTIFACTS, output_schema = output::<ArtifactPage>(), input_schema = input::<ListArtifacts>())]
     async fn list_artifacts(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<Json<ArtifactPage>, CallToolResult> {
-        let who = self.reader(&ctx)?;
-        let a: ListArtifactsArgs = parse(args)?;
-        let req = ListArtifacts {
-            room_id: a.room_id,
-            finding_id: a.finding_id,
-            entity_id: a.entity_id,
-            limit: None,
-            cursor: a.cursor,
-        };
-        done(self.macp.list_artifacts(&who, req).await)
+    ) -> ToolResult<ArtifactPage> {
+        let who = self.who(&ctx)?;
+        done(self.macp.list_artifacts(&who, parse(args)?).await)
     }
 }
 
@@ -593,9 +473,22 @@ impl ServerHandler for MacpMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
-        let user = self.auth(&context).ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
+        let auth = self.auth(&context);
+        let user = auth.as_ref().ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
         let started = std::time::Instant::now();
-        let out = self.tool_router.call(ToolCallContext::new(self, request, context)).await;
+        // A token that may only read is refused every tool that writes, by the one table that
+        // also gives the tools their annotations (an HTTP request was refused earlier, with the
+        // OAuth challenge; this covers every transport).
+        let out = match auth {
+            Ok(a) if !a.can_write && access::writes(&tool) => {
+                Ok(CallToolResponse::Complete(tool_error(&Error::PermissionDenied {
+                    message: format!(
+                        "insufficient_scope: {tool} writes; this token may only call read tools"
+                    ),
+                })))
+            }
+            _ => self.tool_router.call(ToolCallContext::new(self, request, context)).await,
+        };
         let ms = started.elapsed().as_secs_f64() * 1e3;
         let outcome = match &out {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => r

@@ -186,6 +186,12 @@ async fn initialize(base: &str, token: Option<&str>) -> (u16, String, String) {
 /// Calls one tool in a fresh MCP session: (HTTP status of the call, WWW-Authenticate, the
 /// JSON-RPC result or error).
 async fn call_tool(base: &str, token: &str, tool: &str, args: Value) -> (u16, String, Value) {
+    call_rpc(base, token, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}))
+        .await
+}
+
+/// Sends one JSON-RPC request in a fresh MCP session: (HTTP status, WWW-Authenticate, answer).
+async fn call_rpc(base: &str, token: &str, request: Value) -> (u16, String, Value) {
     let client = reqwest::Client::new();
     let post = |body: Value, session: Option<&str>| {
         let mut r = client
@@ -211,9 +217,7 @@ async fn call_tool(base: &str, token: &str, tool: &str, args: Value) -> (u16, St
     let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
     init.text().await.unwrap();
     post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), Some(&session)).await.unwrap();
-    let resp = post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": args}}), Some(&session))
-        .await
-        .unwrap();
+    let resp = post(request, Some(&session)).await.unwrap();
     let status = resp.status().as_u16();
     let challenge =
         resp.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
@@ -393,6 +397,49 @@ async fn writes_are_attributed_to_the_token_user_and_scopes_are_enforced() {
         call_tool(&s.base, &bob, "post_finding", json!({"room_id": room, "content": "x", "agent_id": "a1"}))
             .await;
     assert_eq!(res["result"]["structuredContent"]["error"]["code"], "permission_denied");
+}
+
+/// What the tools say about themselves and what the server enforces agree, tool by tool: every
+/// tool published as not read-only refuses a read-only token (403 insufficient_scope), every
+/// read-only one lets it through, and none reaches outside its own record (openWorldHint false).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_and_enforcement_agree_for_every_tool() {
+    let key = ec_key("ec-1");
+    let keys = jwks(&[&key]).await;
+    let s = serve(|base| config(&keys.url, &base)).await;
+    let writer = sign(&key, &claims("alice@example.com"));
+    let (_, _, list) = call_tool_method(&s.base, &writer, "tools/list", json!({})).await;
+    let tools = list["result"]["tools"].as_array().unwrap().clone();
+    assert!(tools.len() >= 15, "{list}");
+    let mut c = claims("reader@example.com");
+    c["scope"] = json!("macp:read");
+    let reader = sign(&key, &c);
+    for t in &tools {
+        let name = t["name"].as_str().unwrap();
+        let a = &t["annotations"];
+        let read_only =
+            a["readOnlyHint"].as_bool().unwrap_or_else(|| panic!("{name} says whether it writes"));
+        assert_eq!(a["openWorldHint"], false, "{name}");
+        if !read_only {
+            assert!(a["destructiveHint"].is_boolean() && a["idempotentHint"].is_boolean(), "{name}: {a}");
+        }
+        let (status, challenge, _) = call_tool(&s.base, &reader, name, json!({})).await;
+        if read_only {
+            assert_eq!(status, 200, "{name} is read-only, so a read-only token may call it");
+        } else {
+            assert_eq!(status, 403, "{name} writes, so a read-only token is refused");
+            assert!(challenge.contains("insufficient_scope"), "{name}: {challenge}");
+        }
+    }
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "tools/list is in a stable order");
+}
+
+/// Any JSON-RPC method in a fresh session: (HTTP status, WWW-Authenticate, the JSON-RPC answer).
+async fn call_tool_method(base: &str, token: &str, method: &str, params: Value) -> (u16, String, Value) {
+    call_rpc(base, token, json!({"jsonrpc": "2.0", "id": 2, "method": method, "params": params})).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

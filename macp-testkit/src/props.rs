@@ -90,7 +90,7 @@ where
                     f.macp
                         .updates(
                             &f.bob,
-                            UpdatesQuery { limit: Some(page), ..UpdatesQuery::new(f.room, cursor) },
+                            UpdatesQuery { limit: Some(page), ..UpdatesQuery::new(f.room).cursor(cursor) },
                         )
                         .await
                         .unwrap()
@@ -212,7 +212,7 @@ where
                         &f.alice,
                         MergeEntities {
                             room_id: f.room,
-                            agent_id: f.a.clone(),
+                            agent_id: Some(f.a.clone()),
                             winner_entity_id: ids[w],
                             loser_entity_id: ids[l],
                         },

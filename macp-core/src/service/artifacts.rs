@@ -19,28 +19,69 @@ pub fn room_prefix(room_id: RoomId) -> String {
     format!("rooms/{room_id}/")
 }
 
-/// `register_artifact`: records metadata of an uploaded object.
+/// `register_artifact`: record an uploaded file in the room.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct RegisterArtifact {
     /// The room.
     pub room_id: RoomId,
-    /// The registering agent.
-    pub agent_id: AgentId,
-    /// Object key from `request_artifact_upload`; must be under the room's prefix and uploaded.
+    /// The `key` returned by request_artifact_upload, after the upload succeeded.
     pub key: String,
-    /// What it is.
+    /// What the file shows.
     #[serde(default)]
     pub description: Option<String>,
-    /// Findings it supports (must exist in the room).
+    /// Findings this file supports.
     #[serde(default)]
     pub linked_finding_ids: Vec<FindingId>,
-    /// Entities it concerns (must exist in the room; merged ids resolve).
+    /// Entities this file concerns.
     #[serde(default)]
     pub linked_entity_ids: Vec<EntityId>,
-    /// Retry key.
+    /// Any unique string; retrying with the same key never registers twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Which of your agents registers; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl RegisterArtifact {
+    /// `agent_id` registers the object at `key`.
+    pub fn new(room_id: RoomId, agent_id: AgentId, key: impl Into<String>) -> Self {
+        Self {
+            room_id,
+            key: key.into(),
+            description: None,
+            linked_finding_ids: Vec::new(),
+            linked_entity_ids: Vec::new(),
+            idempotency_key: None,
+            agent_id: Some(agent_id),
+        }
+    }
+
+    /// With a description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Linked to these findings.
+    pub fn findings(mut self, ids: impl IntoIterator<Item = FindingId>) -> Self {
+        self.linked_finding_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// Linked to these entities.
+    pub fn entities(mut self, ids: impl IntoIterator<Item = EntityId>) -> Self {
+        self.linked_entity_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// With an idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
 }
 
 /// The result of `register_artifact`.
@@ -53,24 +94,50 @@ pub struct ArtifactOutcome {
     pub replayed: bool,
 }
 
-/// `list_artifacts`.
+/// `list_artifacts`: the room's files, with download URLs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ListArtifacts {
     /// The room.
     pub room_id: RoomId,
-    /// Only artifacts linked to this finding.
+    /// Only files linked to this finding.
     #[serde(default)]
     pub finding_id: Option<FindingId>,
-    /// Only artifacts linked to this entity (or any entity merged with it).
+    /// Only files linked to this entity (or an entity merged with it).
     #[serde(default)]
     pub entity_id: Option<EntityId>,
-    /// Page size.
+    /// Page size (default 50, at most 200).
     #[serde(default)]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` from the previous page.
     #[serde(default)]
     pub cursor: Option<String>,
+}
+
+impl ListArtifacts {
+    /// The room's artifacts, first page.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, finding_id: None, entity_id: None, limit: None, cursor: None }
+    }
+
+    /// Only those linked to this finding.
+    pub fn finding(mut self, finding_id: FindingId) -> Self {
+        self.finding_id = Some(finding_id);
+        self
+    }
+
+    /// Only those linked to this entity or its aliases.
+    pub fn entity(mut self, entity_id: EntityId) -> Self {
+        self.entity_id = Some(entity_id);
+        self
+    }
+
+    /// The page after this cursor.
+    pub fn cursor(mut self, cursor: impl Into<Option<String>>) -> Self {
+        self.cursor = cursor.into();
+        self
+    }
 }
 
 /// An artifact as listed: its metadata and a short-lived download URL.
@@ -161,20 +228,41 @@ impl Default for ArtifactConfig {
     }
 }
 
-/// `request_artifact_upload`.
+/// `request_artifact_upload`: a URL to upload a file to, before registering it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct RequestUpload {
     /// The room.
     pub room_id: RoomId,
-    /// The uploading agent.
-    pub agent_id: AgentId,
-    /// The file's name (a plain name, not a path).
+    /// The file's name, e.g. "checkout-5xx.png" (a plain name, not a path).
     pub filename: String,
-    /// Its MIME type, e.g. `text/plain` or `image/png`.
+    /// Its MIME type, e.g. "text/plain", "image/png", "application/json".
     pub content_type: String,
     /// Its exact size in bytes.
     pub size: u64,
+    /// Which of your agents uploads; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl RequestUpload {
+    /// `agent_id` uploads `size` bytes of `content_type` as `filename`.
+    pub fn new(
+        room_id: RoomId,
+        agent_id: AgentId,
+        filename: impl Into<String>,
+        content_type: impl Into<String>,
+        size: u64,
+    ) -> Self {
+        Self {
+            room_id,
+            filename: filename.into(),
+            content_type: content_type.into(),
+            size,
+            agent_id: Some(agent_id),
+        }
+    }
 }
 
 /// Where and how to upload: PUT the file's bytes to `upload_url` with `headers`, before
@@ -276,7 +364,7 @@ impl Macp {
     pub async fn request_artifact_upload(&self, who: &Principal, req: RequestUpload) -> Result<UploadTicket> {
         let cfg = &self.inner.artifacts;
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let blobs = self.blobs()?;
         check_filename(&req.filename)?;
         let content_type = normalize_content_type(&req.content_type);
@@ -322,7 +410,7 @@ impl Macp {
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         check_key(req.room_id, &req.key)?;
         let blobs = self.blobs()?;
         let description =
@@ -353,7 +441,7 @@ impl Macp {
         let print = fingerprint(
             WriteOperation::RegisterArtifact,
             &ArtifactFingerprint {
-                agent_id: &req.agent_id,
+                agent_id: &session.agent_id,
                 key: &req.key,
                 description: description.as_deref(),
                 linked_finding_ids: &finding_ids,
@@ -394,7 +482,7 @@ impl Macp {
             content_type: object.content_type,
             size: object.size,
             uploaded_by: who.user_id.clone(),
-            agent_id: req.agent_id.clone(),
+            agent_id: session.agent_id.clone(),
             uploaded_at: now,
             description,
             linked_finding_ids: finding_ids,

@@ -17,25 +17,29 @@ use crate::validate;
 /// identifiers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct AddEntity {
     /// The room.
     pub room_id: RoomId,
-    /// The acting agent.
-    pub agent_id: AgentId,
-    /// Display name.
+    /// Display name, e.g. "orders-db primary".
     pub name: String,
-    /// `service`, `person`, `event` or `resource`.
+    /// "service", "person", "event" or "resource".
     #[serde(rename = "type")]
     pub entity_type: EntityType,
-    /// Typed identifiers; an entity already holding any of them is the same entity.
+    /// Typed identifiers, e.g. [{type: "hostname", value: "db-1.prod"}, {type: "arn", value: "arn:aws:…"}].
+    /// If another agent already added an entity with one of them, you get that entity.
     #[serde(default)]
     pub identifiers: Vec<Identifier>,
-    /// Free-form properties. On attach, keys the entity lacks are added; existing keys are kept.
+    /// Free-form facts about the entity (a JSON object). On an existing entity, keys it lacks
+    /// are added and existing ones kept.
     #[serde(default)]
     pub properties: Map<String, Value>,
-    /// Retry key.
+    /// Any unique string; retrying with the same key never writes twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Which of your agents acts; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
 }
 
 impl AddEntity {
@@ -43,7 +47,7 @@ impl AddEntity {
     pub fn new(room_id: RoomId, agent_id: AgentId, name: impl Into<String>, entity_type: EntityType) -> Self {
         Self {
             room_id,
-            agent_id,
+            agent_id: Some(agent_id),
             name: name.into(),
             entity_type,
             identifiers: Vec::new(),
@@ -90,29 +94,31 @@ pub struct EntityOutcome {
     pub identifiers_claimed_elsewhere: Vec<Identifier>,
 }
 
-/// `add_relationship`.
+/// `add_relationship`: assert an edge between two entities.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct AddRelationship {
     /// The room.
     pub room_id: RoomId,
-    /// The acting agent.
-    pub agent_id: AgentId,
-    /// Edge source (a merged-away id resolves to its winner).
+    /// The entity the edge starts from.
     pub source_entity_id: EntityId,
-    /// Edge target.
+    /// The entity the edge points to.
     pub target_entity_id: EntityId,
-    /// `depends_on`, `caused_by`, `changed_by`, `same_as`, … (lowercase `[a-z0-9_]`).
+    /// e.g. "depends_on", "caused_by", "changed_by", "same_as".
     pub relationship_type: String,
     /// What the edge means here.
     #[serde(default)]
     pub description: Option<String>,
-    /// Proof.
+    /// Proof for the edge (same shape as post_finding's evidence).
     #[serde(default)]
     pub evidence: Vec<Evidence>,
-    /// Retry key.
+    /// Any unique string; retrying with the same key never writes twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Which of your agents acts; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
 }
 
 impl AddRelationship {
@@ -126,7 +132,7 @@ impl AddRelationship {
     ) -> Self {
         Self {
             room_id,
-            agent_id,
+            agent_id: Some(agent_id),
             source_entity_id: source,
             target_entity_id: target,
             relationship_type: relationship_type.into(),
@@ -134,6 +140,24 @@ impl AddRelationship {
             evidence: Vec::new(),
             idempotency_key: None,
         }
+    }
+
+    /// With a description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// With evidence.
+    pub fn evidence(mut self, evidence: impl IntoIterator<Item = Evidence>) -> Self {
+        self.evidence = evidence.into_iter().collect();
+        self
+    }
+
+    /// With an idempotency key.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
     }
 }
 
@@ -149,18 +173,27 @@ pub struct RelationshipOutcome {
     pub replayed: bool,
 }
 
-/// `merge_entities`.
+/// `merge_entities`: declare two entities the same thing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct MergeEntities {
     /// The room.
     pub room_id: RoomId,
-    /// The acting agent.
-    pub agent_id: AgentId,
-    /// The entity that remains (resolved through earlier merges).
+    /// The entity that remains.
     pub winner_entity_id: EntityId,
     /// The entity that becomes an alias of the winner.
     pub loser_entity_id: EntityId,
+    /// Which of your agents acts; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl MergeEntities {
+    /// `agent_id` merges `loser` into `winner`.
+    pub fn new(room_id: RoomId, agent_id: AgentId, winner: EntityId, loser: EntityId) -> Self {
+        Self { room_id, winner_entity_id: winner, loser_entity_id: loser, agent_id: Some(agent_id) }
+    }
 }
 
 /// The result of `merge_entities`.
@@ -173,18 +206,33 @@ pub struct MergeOutcome {
     pub already_merged: bool,
 }
 
-/// `get_entity_graph`.
+/// `get_entity_graph`: entities and their relationships, merges resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct GraphQuery {
     /// The room.
     pub room_id: RoomId,
-    /// Start here and walk `depth` hops; omit for the whole room (capped).
+    /// Start from this entity; omit for the best-connected entities of the whole room.
     #[serde(default)]
     pub entity_id: Option<EntityId>,
-    /// Hops from `entity_id` (default 1).
+    /// Hops from entity_id (default 1, at most 3).
     #[serde(default)]
     pub depth: Option<u32>,
+}
+
+impl GraphQuery {
+    /// The best-connected entities of the room.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, entity_id: None, depth: None }
+    }
+
+    /// The neighbourhood of `entity_id`, `depth` hops out.
+    pub fn around(mut self, entity_id: EntityId, depth: u32) -> Self {
+        self.entity_id = Some(entity_id);
+        self.depth = Some(depth);
+        self
+    }
 }
 
 /// An entity in a graph read: canonical, with the ids merged into it.
@@ -245,7 +293,7 @@ impl Macp {
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let name = validate::required_text("name", &req.name, l.max_name_bytes)?;
         let identifiers = validate::identifiers(&req.identifiers, l)?;
         validate::properties(&req.properties, l)?;
@@ -253,7 +301,7 @@ impl Macp {
         let print = fingerprint(
             WriteOperation::AddEntity,
             &EntityFingerprint {
-                agent_id: &req.agent_id,
+                agent_id: &session.agent_id,
                 name: &name,
                 entity_type: req.entity_type,
                 identifiers: &identifiers,
@@ -276,7 +324,7 @@ impl Macp {
                 identifiers: identifiers.clone(),
                 properties: req.properties.clone(),
                 created_by: who.user_id.clone(),
-                agent_id: req.agent_id.clone(),
+                agent_id: session.agent_id.clone(),
                 created_at: now,
                 merged_into: None,
             };
@@ -427,7 +475,7 @@ impl Macp {
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let relationship_type =
             validate::snake_label("relationship_type", &req.relationship_type, l.max_label_bytes)?;
         let description =
@@ -448,7 +496,7 @@ impl Macp {
         let print = fingerprint(
             WriteOperation::AddRelationship,
             &RelationshipFingerprint {
-                agent_id: &req.agent_id,
+                agent_id: &session.agent_id,
                 source: req.source_entity_id,
                 relationship_type: &relationship_type,
                 target: req.target_entity_id,
@@ -465,7 +513,7 @@ impl Macp {
             description,
             evidence,
             created_at: now,
-            agent_id: req.agent_id.clone(),
+            agent_id: session.agent_id.clone(),
             user_id: who.user_id.clone(),
             idempotency_key: key.clone(),
         };
@@ -509,7 +557,7 @@ impl Macp {
     /// already resolve to one entity is a no-op (`already_merged`).
     pub async fn merge_entities(&self, who: &Principal, req: MergeEntities) -> Result<MergeOutcome> {
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         self.require_entities(req.room_id, &[req.winner_entity_id], "winner_entity_id").await?;
         self.require_entities(req.room_id, &[req.loser_entity_id], "loser_entity_id").await?;
         // A concurrent merge can invalidate the resolution between our read and the store's

@@ -10,28 +10,30 @@ use crate::model::{Evidence, Finding, IndexStatus};
 use crate::store::{FindingQuery, Write, WriteOperation};
 use crate::validate;
 
-/// `post_finding`.
+/// `post_finding`: add one fact or conclusion to the room's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct PostFinding {
     /// The room.
     pub room_id: RoomId,
-    /// The posting agent (must have joined, and belong to the caller).
-    pub agent_id: AgentId,
-    /// The finding (markdown). Required; refused over the content limit.
+    /// What you found, in markdown: one fact or conclusion, with the specifics (times, hosts, ids).
     pub content: String,
-    /// Labels (`triage`, `hypothesis`, `root-cause`, `remediation`, `dead-end`, …).
+    /// Labels, e.g. "triage", "hypothesis", "evidence", "root-cause", "remediation", "dead-end".
     #[serde(default)]
     pub tags: Vec<String>,
-    /// Entities the finding is about; each must exist in the room.
+    /// Ids of entities (from add_entity) this finding is about.
     #[serde(default)]
     pub entity_refs: Vec<EntityId>,
-    /// Proof.
+    /// Proof: [{kind: artifact|url|cloudtrail|datadog|metric|log, ref, description?, captured_at?}].
     #[serde(default)]
     pub evidence: Vec<Evidence>,
-    /// Retry key: a repeat with the same key and payload returns the first result.
+    /// Any unique string (e.g. a UUID); retrying with the same key never posts twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// Which of your agents posts; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
 }
 
 impl PostFinding {
@@ -39,7 +41,7 @@ impl PostFinding {
     pub fn new(room_id: RoomId, agent_id: AgentId, content: impl Into<String>) -> Self {
         Self {
             room_id,
-            agent_id,
+            agent_id: Some(agent_id),
             content: content.into(),
             tags: Vec::new(),
             entity_refs: Vec::new(),
@@ -84,28 +86,29 @@ pub struct PostedFinding {
     pub replayed: bool,
 }
 
-/// `get_timeline`: chronological findings with filters, paged.
+/// `get_timeline`: the record in order, filtered, a page at a time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct TimelineQuery {
     /// The room.
     pub room_id: RoomId,
-    /// Only findings carrying at least one of these tags.
+    /// Only findings with at least one of these tags.
     #[serde(default)]
     pub tags: Vec<String>,
-    /// Only findings by this agent.
+    /// Only findings posted by this agent.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
-    /// Only findings posted at or after this time.
+    /// Only findings posted at or after this time (RFC 3339).
     #[serde(default)]
     pub since: Option<Timestamp>,
-    /// Only findings posted before this time.
+    /// Only findings posted before this time (RFC 3339).
     #[serde(default)]
     pub until: Option<Timestamp>,
-    /// Page size.
+    /// Page size (default 50, at most 200).
     #[serde(default)]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page (same filters).
+    /// `next_cursor` from the previous page (same filters).
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -123,6 +126,37 @@ impl TimelineQuery {
             cursor: None,
         }
     }
+
+    /// Only findings with one of these tags.
+    pub fn tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Only findings by this agent.
+    pub fn agent(mut self, agent_id: AgentId) -> Self {
+        self.agent_id = Some(agent_id);
+        self
+    }
+
+    /// Only findings posted in `[since, until)` (either end open when `None`).
+    pub fn between(mut self, since: Option<Timestamp>, until: Option<Timestamp>) -> Self {
+        self.since = since;
+        self.until = until;
+        self
+    }
+
+    /// Page size.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The page after this cursor (a `String`, or an `Option` of one).
+    pub fn cursor(mut self, cursor: impl Into<Option<String>>) -> Self {
+        self.cursor = cursor.into();
+        self
+    }
 }
 
 /// A page of findings in commit order.
@@ -135,25 +169,38 @@ pub struct FindingPage {
     pub next_cursor: Option<String>,
 }
 
-/// `get_updates`.
+/// `get_updates`: what was committed since your cursor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct UpdatesQuery {
     /// The room.
     pub room_id: RoomId,
-    /// The cursor returned by the previous call (or by get_room_context); omit to start from
-    /// the first finding.
+    /// The `cursor` from your previous get_updates or get_room_context; omit to start at the
+    /// first finding.
     #[serde(default)]
     pub cursor: Option<String>,
-    /// Page size.
+    /// Page size (default 100, at most 500).
     #[serde(default)]
     pub limit: Option<usize>,
 }
 
 impl UpdatesQuery {
-    /// Updates of `room_id` since `cursor`.
-    pub fn new(room_id: RoomId, cursor: Option<String>) -> Self {
-        Self { room_id, cursor, limit: None }
+    /// Updates of `room_id` from its first finding.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, cursor: None, limit: None }
+    }
+
+    /// From this cursor (a `String`, or an `Option` of one: `None` is the start).
+    pub fn cursor(mut self, cursor: impl Into<Option<String>>) -> Self {
+        self.cursor = cursor.into();
+        self
+    }
+
+    /// Page size.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
     }
 }
 
@@ -183,7 +230,7 @@ impl Macp {
     pub async fn post_finding(&self, who: &Principal, req: PostFinding) -> Result<PostedFinding> {
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
-        let session = self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let content = validate::required_text("content", &req.content, l.max_content_bytes)?;
         let tags = validate::tags("tags", &req.tags, l)?;
         let evidence = validate::evidence(&req.evidence, l)?;
@@ -204,7 +251,7 @@ impl Macp {
         let print = fingerprint(
             WriteOperation::PostFinding,
             &FindingFingerprint {
-                agent_id: &req.agent_id,
+                agent_id: &session.agent_id,
                 content: &content,
                 tags: &tags,
                 entity_refs: &refs,
@@ -217,7 +264,7 @@ impl Macp {
             finding_id: FindingId::generate(),
             seq: 0,
             content,
-            agent_id: req.agent_id.clone(),
+            agent_id: session.agent_id.clone(),
             user_id: who.user_id.clone(),
             tags,
             entity_refs: aliases.resolve_all(&refs)?,

@@ -45,7 +45,9 @@ pub use entities::{
     MergeOutcome, RelationshipOutcome,
 };
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery, Updates, UpdatesQuery};
-pub use rooms::{AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomPage, RoomSummary};
+pub use rooms::{
+    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomFilter, RoomPage, RoomRef, RoomSummary,
+};
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 
 use crate::blob::BlobStore;
@@ -277,14 +279,20 @@ impl Macp {
         Ok(room)
     }
 
-    /// The session of the agent acting in a write: it must have joined the room and belong to
-    /// the caller.
-    async fn acting_agent(
+    /// The session of the agent acting in a write: named (the MCP server names the agent its
+    /// session joined with when a call does not), joined to the room, and the caller's.
+    async fn agent_session(
         &self,
         who: &Principal,
         room_id: RoomId,
-        agent_id: &AgentId,
+        agent_id: Option<&AgentId>,
     ) -> Result<AgentSession> {
+        let agent_id = agent_id.ok_or_else(|| Error::NotJoined {
+            message: format!(
+                "no agent named for this write in room `{room_id}`: join the room with join_room, then \
+                 pass that agent_id (an MCP session uses the agent it joined with)"
+            ),
+        })?;
         let session =
             self.inner.store.get_agent(room_id, agent_id).await?.ok_or_else(|| Error::NotJoined {
                 message: format!(

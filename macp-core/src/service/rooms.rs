@@ -12,19 +12,20 @@ use crate::model::{AgentSession, AgentStatus, Room, RoomStatus, VisibilityMode};
 use crate::store::{AgentUpdate, Insert, RoomKey};
 use crate::validate;
 
-/// `create_room`.
+/// `create_room`: start an investigation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct CreateRoom {
-    /// Optional human-readable label.
+    /// Optional short human-readable label, e.g. "checkout-502s".
     #[serde(default)]
     pub name: Option<String>,
-    /// The stated goal (markdown). Required.
+    /// The goal of the investigation, in markdown. Every agent reads it to decide what to do.
     pub objective: String,
-    /// Room labels.
+    /// Optional labels for the room, e.g. ["sev-2", "payments"].
     #[serde(default)]
     pub tags: Vec<String>,
-    /// Only `full` is accepted (the default).
+    /// Only "full" exists: every member sees every finding (the default).
     #[serde(default)]
     pub visibility_mode: Option<VisibilityMode>,
 }
@@ -40,19 +41,26 @@ impl CreateRoom {
         self.name = Some(name.into());
         self
     }
+
+    /// With room labels.
+    pub fn tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
 }
 
-/// `join_room`.
+/// `join_room`: become a member of a room, as a named agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct JoinRoom {
-    /// The room.
+    /// The room to join.
     pub room_id: RoomId,
-    /// The agent id to join as; generated when omitted. Rejoining with the same id (same user)
-    /// is idempotent and refreshes `last_active`.
+    /// A name for your agent in this room (letters, digits, . _ -); generated when omitted.
+    /// Rejoining with the same id is safe.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
-    /// Free-form client kind (`claude-code`, `kiro`, …).
+    /// What kind of client you are, e.g. "claude-code" or "kiro".
     #[serde(default)]
     pub agent_type: Option<String>,
 }
@@ -68,21 +76,95 @@ impl JoinRoom {
         self.agent_id = Some(agent_id);
         self
     }
+
+    /// The kind of client.
+    pub fn agent_type(mut self, agent_type: impl Into<String>) -> Self {
+        self.agent_type = Some(agent_type.into());
+        self
+    }
 }
 
-/// `list_rooms`.
+/// A request about one room and nothing else: `close_room`, `get_room_summary`,
+/// `get_room_context`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RoomRef {
+    /// The room.
+    pub room_id: RoomId,
+}
+
+impl RoomRef {
+    /// The room `room_id`.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id }
+    }
+}
+
+/// Which rooms `list_rooms` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RoomFilter {
+    /// Open rooms (the default).
+    #[default]
+    Active,
+    /// Closed rooms.
+    Closed,
+    /// Both.
+    All,
+}
+
+impl RoomFilter {
+    /// The room status this filter keeps, `None` for both.
+    pub fn status(self) -> Option<RoomStatus> {
+        match self {
+            RoomFilter::Active => Some(RoomStatus::Active),
+            RoomFilter::Closed => Some(RoomStatus::Closed),
+            RoomFilter::All => None,
+        }
+    }
+}
+
+/// `list_rooms`: rooms, newest first, a page at a time.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ListRooms {
-    /// `Some(active)`, `Some(closed)`, or `None` for all.
+    /// "active" (default), "closed" or "all".
     #[serde(default)]
-    pub status: Option<RoomStatus>,
-    /// Page size.
+    pub status: RoomFilter,
+    /// Page size (default 50, at most 200).
     #[serde(default)]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` from the previous page.
     #[serde(default)]
     pub cursor: Option<String>,
+}
+
+impl ListRooms {
+    /// The first page of active rooms.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Which rooms.
+    pub fn status(mut self, status: RoomFilter) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// Page size.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The page after `cursor`.
+    pub fn cursor(mut self, cursor: impl Into<String>) -> Self {
+        self.cursor = Some(cursor.into());
+        self
+    }
 }
 
 /// A page of rooms, newest first.
@@ -95,19 +177,34 @@ pub struct RoomPage {
     pub next_cursor: Option<String>,
 }
 
-/// `declare_status`.
+/// `declare_status`: say what your agent is doing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct DeclareStatus {
     /// The room.
     pub room_id: RoomId,
-    /// The declaring agent.
-    pub agent_id: AgentId,
-    /// `active`, `idle` or `blocked`.
+    /// "active" (working on it), "idle" (not working right now) or "blocked" (stuck: say why).
     pub status: AgentStatus,
-    /// Why; especially useful when blocked.
+    /// Why; when blocked, what would unblock you, so a human can help.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Which of your agents; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl DeclareStatus {
+    /// `agent_id` declares `status`.
+    pub fn new(room_id: RoomId, agent_id: AgentId, status: AgentStatus) -> Self {
+        Self { room_id, status, reason: None, agent_id: Some(agent_id) }
+    }
+
+    /// With a reason.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
 }
 
 /// Agents by declared status.
@@ -242,7 +339,8 @@ impl Macp {
     pub async fn list_rooms(&self, _who: &Principal, req: ListRooms) -> Result<RoomPage> {
         let l = &self.inner.limits;
         let limit = validate::page_size("limit", req.limit, l.default_page, l.max_page)?;
-        let filter = req.status.map(|s| s.as_str()).unwrap_or("all");
+        let status = req.status.status();
+        let filter = status.map(|s| s.as_str()).unwrap_or("all");
         let after = match &req.cursor {
             None => None,
             Some(c) => {
@@ -255,7 +353,7 @@ impl Macp {
                 Some(RoomKey { created_at: Timestamp::from_millis(created_at), room_id: p[1].parse()? })
             }
         };
-        let mut rooms = self.inner.store.list_rooms(req.status, after, limit + 1).await?;
+        let mut rooms = self.inner.store.list_rooms(status, after, limit + 1).await?;
         let next_cursor = if rooms.len() > limit {
             rooms.truncate(limit);
             rooms.last().map(|r| {
@@ -302,7 +400,7 @@ impl Macp {
     /// Records an agent's declared status. Advisory only: nothing in MACP is gated on it.
     pub async fn declare_status(&self, who: &Principal, req: DeclareStatus) -> Result<AgentSession> {
         self.writable_room(req.room_id).await?;
-        self.acting_agent(who, req.room_id, &req.agent_id).await?;
+        let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let reason =
             validate::optional_text("reason", req.reason.as_deref(), self.inner.limits.max_reason_bytes)?;
         let now = self.now();
@@ -310,8 +408,8 @@ impl Macp {
             AgentUpdate { last_active: Some(now), agent_type: None, status: Some((req.status, reason, now)) };
         self.inner
             .store
-            .update_agent(req.room_id, &req.agent_id, &update)
+            .update_agent(req.room_id, &session.agent_id, &update)
             .await?
-            .ok_or_else(|| Error::not_found("agent", &req.agent_id))
+            .ok_or_else(|| Error::not_found("agent", &session.agent_id))
     }
 }

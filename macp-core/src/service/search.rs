@@ -94,21 +94,22 @@ impl Search {
     }
 }
 
-/// `search_findings`.
+/// `search_findings`: findings by meaning and by words.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct SearchFindings {
     /// The room.
     pub room_id: RoomId,
-    /// What you are looking for, in your own words.
+    /// What you are looking for, in your own words; exact identifiers work too.
     pub query: String,
-    /// Most results (default 10).
+    /// Most results (default 10, at most 50).
     #[serde(default)]
     pub limit: Option<usize>,
-    /// Only findings carrying at least one of these tags.
+    /// Only findings with at least one of these tags.
     #[serde(default)]
     pub tags: Vec<String>,
-    /// Only findings by this agent.
+    /// Only findings posted by this agent.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
 }
@@ -117,6 +118,24 @@ impl SearchFindings {
     /// A search of `room_id` for `query`.
     pub fn new(room_id: RoomId, query: impl Into<String>) -> Self {
         Self { room_id, query: query.into(), limit: None, tags: Vec::new(), agent_id: None }
+    }
+
+    /// Most results.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Only findings with one of these tags.
+    pub fn tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Only findings by this agent.
+    pub fn agent(mut self, agent_id: AgentId) -> Self {
+        self.agent_id = Some(agent_id);
+        self
     }
 }
 

@@ -50,7 +50,7 @@ pub async fn agents_belong_to_the_user_who_joined_them(backend: Backend) {
                 &f.bob,
                 DeclareStatus {
                     room_id: f.room,
-                    agent_id: f.a.clone(),
+                    agent_id: Some(f.a.clone()),
                     status: AgentStatus::Blocked,
                     reason: None,
                 },
@@ -112,7 +112,7 @@ pub async fn status_is_advisory_and_gates_nothing(backend: Backend) {
             &f.alice,
             DeclareStatus {
                 room_id: f.room,
-                agent_id: f.a.clone(),
+                agent_id: Some(f.a.clone()),
                 status: AgentStatus::Blocked,
                 reason: Some("need prod DB access".into()),
             },
@@ -124,14 +124,19 @@ pub async fn status_is_advisory_and_gates_nothing(backend: Backend) {
     f.macp
         .declare_status(
             &f.bob,
-            DeclareStatus { room_id: f.room, agent_id: f.b.clone(), status: AgentStatus::Idle, reason: None },
+            DeclareStatus {
+                room_id: f.room,
+                agent_id: Some(f.b.clone()),
+                status: AgentStatus::Idle,
+                reason: None,
+            },
         )
         .await
         .unwrap();
     let summary = f.macp.room_summary(&f.alice, f.room).await.unwrap();
     assert_eq!((summary.agents.blocked, summary.agents.idle, summary.agents.active), (1, 1, 0));
     let posted = f.post("still posting while blocked", &[]).await;
-    let updates = f.macp.updates(&f.bob, UpdatesQuery::new(f.room, None)).await.unwrap();
+    let updates = f.macp.updates(&f.bob, UpdatesQuery::new(f.room)).await.unwrap();
     assert_eq!(updates.findings[0].finding_id, posted.finding_id, "an idle agent still receives updates");
     let bob_post =
         f.macp.post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "idle but posting")).await.unwrap();
@@ -143,7 +148,7 @@ pub async fn status_is_advisory_and_gates_nothing(backend: Backend) {
                 &f.alice,
                 DeclareStatus {
                     room_id: f.room,
-                    agent_id: f.a.clone(),
+                    agent_id: Some(f.a.clone()),
                     status: AgentStatus::Idle,
                     reason: Some(too_long),
                 },

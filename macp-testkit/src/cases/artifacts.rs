@@ -13,7 +13,7 @@ use crate::Backend;
 fn request(f: &Fixture, filename: &str, content_type: &str, size: u64) -> RequestUpload {
     RequestUpload {
         room_id: f.room,
-        agent_id: f.a.clone(),
+        agent_id: Some(f.a.clone()),
         filename: filename.into(),
         content_type: content_type.into(),
         size,
@@ -23,7 +23,7 @@ fn request(f: &Fixture, filename: &str, content_type: &str, size: u64) -> Reques
 fn register(f: &Fixture, key: &str) -> RegisterArtifact {
     RegisterArtifact {
         room_id: f.room,
-        agent_id: f.a.clone(),
+        agent_id: Some(f.a.clone()),
         key: key.into(),
         description: None,
         linked_finding_ids: vec![],
@@ -227,7 +227,7 @@ pub(crate) fn artifact_req(
 ) -> RegisterArtifact {
     RegisterArtifact {
         room_id: room,
-        agent_id,
+        agent_id: Some(agent_id),
         key: key.to_owned(),
         description: Some("log excerpt".into()),
         linked_finding_ids: findings,
@@ -321,7 +321,7 @@ pub async fn list_artifacts_filters_by_finding_and_entity_alias(backend: Backend
             &f.alice,
             MergeEntities {
                 room_id: f.room,
-                agent_id: f.a.clone(),
+                agent_id: Some(f.a.clone()),
                 winner_entity_id: e,
                 loser_entity_id: e2,
             },

@@ -204,7 +204,7 @@ pub async fn merge_is_lazy_and_aliases_resolve_on_every_read(backend: Backend) {
             &f.bob,
             MergeEntities {
                 room_id: f.room,
-                agent_id: f.b.clone(),
+                agent_id: Some(f.b.clone()),
                 winner_entity_id: winner,
                 loser_entity_id: loser,
             },
@@ -303,7 +303,12 @@ pub async fn merge_chains_resolve_without_cycles(backend: Backend) {
     let merge = |w: EntityId, l: EntityId| {
         f.macp.merge_entities(
             &f.alice,
-            MergeEntities { room_id: f.room, agent_id: f.a.clone(), winner_entity_id: w, loser_entity_id: l },
+            MergeEntities {
+                room_id: f.room,
+                agent_id: Some(f.a.clone()),
+                winner_entity_id: w,
+                loser_entity_id: l,
+            },
         )
     };
     merge(b, c).await.unwrap(); // c -> b
@@ -347,7 +352,7 @@ pub async fn concurrent_opposite_merges_never_form_a_cycle(backend: Backend) {
                         &f.alice,
                         MergeEntities {
                             room_id: f.room,
-                            agent_id: f.a.clone(),
+                            agent_id: Some(f.a.clone()),
                             winner_entity_id: w,
                             loser_entity_id: l,
                         },
@@ -543,7 +548,7 @@ pub async fn entity_identifiers_stay_a_sorted_set_through_attach_and_merge(backe
             &f.alice,
             MergeEntities {
                 room_id: f.room,
-                agent_id: f.a.clone(),
+                agent_id: Some(f.a.clone()),
                 winner_entity_id: a.entity.entity_id,
                 loser_entity_id: b.entity.entity_id,
             },
@@ -597,7 +602,12 @@ pub async fn relationship_endpoints_must_exist_and_differ(backend: Backend) {
     f.macp
         .merge_entities(
             &f.alice,
-            MergeEntities { room_id: f.room, agent_id: f.a.clone(), winner_entity_id: x, loser_entity_id: y },
+            MergeEntities {
+                room_id: f.room,
+                agent_id: Some(f.a.clone()),
+                winner_entity_id: x,
+                loser_entity_id: y,
+            },
         )
         .await
         .unwrap();
@@ -674,8 +684,12 @@ pub async fn merge_refuses_to_exceed_the_identifier_limit(backend: Backend) {
         async move { macp.add_entity(&who, req).await.unwrap().entity.entity_id }
     };
     let merge = |w: EntityId, l: EntityId| {
-        let req =
-            MergeEntities { room_id: f.room, agent_id: f.a.clone(), winner_entity_id: w, loser_entity_id: l };
+        let req = MergeEntities {
+            room_id: f.room,
+            agent_id: Some(f.a.clone()),
+            winner_entity_id: w,
+            loser_entity_id: l,
+        };
         let (macp, who) = (f.macp.clone(), f.alice.clone());
         async move { macp.merge_entities(&who, req).await }
     };

@@ -161,11 +161,8 @@ pub async fn input_limits_refuse_and_never_truncate(backend: Backend) {
         "invalid_input",
     );
     let e = expect_code(
-        m.updates(
-            &f.alice,
-            UpdatesQuery { limit: Some(l.max_updates_page + 1), ..UpdatesQuery::new(r, None) },
-        )
-        .await,
+        m.updates(&f.alice, UpdatesQuery { limit: Some(l.max_updates_page + 1), ..UpdatesQuery::new(r) })
+            .await,
         "invalid_input",
     );
     assert_eq!(e.limit(), Some(l.max_updates_page as u64));
@@ -326,7 +323,7 @@ pub async fn timeline_cursor_is_bound_to_room_and_filters(backend: Backend) {
 /// put when nothing is new.
 pub async fn updates_return_every_finding_once_in_commit_order(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    let empty = f.macp.updates(&f.bob, UpdatesQuery::new(f.room, None)).await.unwrap();
+    let empty = f.macp.updates(&f.bob, UpdatesQuery::new(f.room)).await.unwrap();
     assert!(empty.findings.is_empty() && !empty.has_more);
     let mut cursor = Some(empty.cursor);
     let mut got = Vec::new();
@@ -338,7 +335,10 @@ pub async fn updates_return_every_finding_once_in_commit_order(backend: Backend)
         loop {
             let u = f
                 .macp
-                .updates(&f.bob, UpdatesQuery { limit: Some(2), ..UpdatesQuery::new(f.room, cursor.clone()) })
+                .updates(
+                    &f.bob,
+                    UpdatesQuery { limit: Some(2), ..UpdatesQuery::new(f.room).cursor(cursor.clone()) },
+                )
                 .await
                 .unwrap();
             if !first {
@@ -353,7 +353,7 @@ pub async fn updates_return_every_finding_once_in_commit_order(backend: Backend)
         }
     }
     assert_eq!(got, (1..=20).collect::<Vec<u64>>());
-    let idle = f.macp.updates(&f.bob, UpdatesQuery::new(f.room, cursor.clone())).await.unwrap();
+    let idle = f.macp.updates(&f.bob, UpdatesQuery::new(f.room).cursor(cursor.clone())).await.unwrap();
     assert!(idle.findings.is_empty());
     assert_eq!(Some(idle.cursor), cursor, "the cursor does not move when nothing is new");
 }
@@ -404,7 +404,7 @@ pub async fn updates_never_skip_or_repeat_with_concurrent_writers(backend: Backe
                     .macp
                     .updates(
                         &f.bob,
-                        UpdatesQuery { limit: Some(7), ..UpdatesQuery::new(f.room, cursor.clone()) },
+                        UpdatesQuery { limit: Some(7), ..UpdatesQuery::new(f.room).cursor(cursor.clone()) },
                     )
                     .await
                     .unwrap();
@@ -433,14 +433,14 @@ pub async fn updates_never_skip_or_repeat_with_concurrent_writers(backend: Backe
 pub async fn updates_cursor_belongs_to_its_room(backend: Backend) {
     let f = Fixture::new(&backend).await;
     f.post("x", &[]).await;
-    let c = f.macp.updates(&f.alice, UpdatesQuery::new(f.room, None)).await.unwrap().cursor;
+    let c = f.macp.updates(&f.alice, UpdatesQuery::new(f.room)).await.unwrap().cursor;
     let other = f.macp.create_room(&f.alice, CreateRoom::new("other")).await.unwrap().room_id;
-    expect_code(f.macp.updates(&f.alice, UpdatesQuery::new(other, Some(c))).await, "invalid_input");
+    expect_code(f.macp.updates(&f.alice, UpdatesQuery::new(other).cursor(c)).await, "invalid_input");
     expect_code(
-        f.macp.updates(&f.alice, UpdatesQuery::new(f.room, Some("AAAA".into()))).await,
+        f.macp.updates(&f.alice, UpdatesQuery::new(f.room).cursor("AAAA".to_owned())).await,
         "invalid_input",
     );
-    expect_code(f.macp.updates(&f.alice, UpdatesQuery::new(RoomId::generate(), None)).await, "not_found");
+    expect_code(f.macp.updates(&f.alice, UpdatesQuery::new(RoomId::generate())).await, "not_found");
 }
 
 /// With `full` visibility every member — and any other authenticated user — reads the same
@@ -456,8 +456,8 @@ pub async fn full_visibility_shows_every_member_the_same_record(backend: Backend
     assert_eq!(a.len(), 2);
     assert_eq!(a, b);
     assert_eq!(a, c, "a user who never joined reads the same record");
-    let ua = f.macp.updates(&f.alice, UpdatesQuery::new(f.room, None)).await.unwrap();
-    let uc = f.macp.updates(&carol, UpdatesQuery::new(f.room, None)).await.unwrap();
+    let ua = f.macp.updates(&f.alice, UpdatesQuery::new(f.room)).await.unwrap();
+    let uc = f.macp.updates(&carol, UpdatesQuery::new(f.room)).await.unwrap();
     assert_eq!(ua.findings, uc.findings);
 }
 

@@ -101,7 +101,7 @@ impl Fixture {
                 &self.alice,
                 RequestUpload {
                     room_id: self.room,
-                    agent_id: self.a.clone(),
+                    agent_id: Some(self.a.clone()),
                     filename: filename.into(),
                     content_type: "text/plain".into(),
                     size: body.len() as u64,

@@ -3,7 +3,7 @@
 use macp_core::model::{AgentStatus, EntityType, RoomStatus, VisibilityMode};
 use macp_core::service::{
     AddEntity, AddRelationship, CreateRoom, DeclareStatus, GraphQuery, JoinRoom, ListArtifacts, ListRooms,
-    MergeEntities, PostFinding, UpdatesQuery,
+    MergeEntities, PostFinding, RoomFilter, UpdatesQuery,
 };
 use macp_core::{FindingId, Limits, Macp, RoomId};
 
@@ -64,7 +64,10 @@ pub async fn list_rooms_pages_newest_first_and_filters_by_status(backend: Backen
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
-        let page = macp.list_rooms(&alice, ListRooms { status: None, limit: Some(2), cursor }).await.unwrap();
+        let page = macp
+            .list_rooms(&alice, ListRooms { status: RoomFilter::All, limit: Some(2), cursor })
+            .await
+            .unwrap();
         assert!(page.rooms.len() <= 2);
         seen.extend(page.rooms.iter().map(|r| r.room_id));
         match page.next_cursor {
@@ -74,15 +77,9 @@ pub async fn list_rooms_pages_newest_first_and_filters_by_status(backend: Backen
     }
     let newest_first: Vec<RoomId> = ids.iter().rev().copied().collect();
     assert_eq!(seen, newest_first, "all rooms, newest first, each once");
-    let closed = macp
-        .list_rooms(&alice, ListRooms { status: Some(RoomStatus::Closed), ..Default::default() })
-        .await
-        .unwrap();
+    let closed = macp.list_rooms(&alice, ListRooms::new().status(RoomFilter::Closed)).await.unwrap();
     assert_eq!(closed.rooms.iter().map(|r| r.room_id).collect::<Vec<_>>(), vec![ids[1]]);
-    let active = macp
-        .list_rooms(&alice, ListRooms { status: Some(RoomStatus::Active), ..Default::default() })
-        .await
-        .unwrap();
+    let active = macp.list_rooms(&alice, ListRooms::new()).await.unwrap();
     assert_eq!(active.rooms.len(), 4);
     expect_code(
         macp.list_rooms(&alice, ListRooms { limit: Some(0), ..Default::default() }).await,
@@ -112,7 +109,7 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
     expect_code(
         m.declare_status(
             &f.alice,
-            DeclareStatus { room_id: r, agent_id: a.clone(), status: AgentStatus::Idle, reason: None },
+            DeclareStatus { room_id: r, agent_id: Some(a.clone()), status: AgentStatus::Idle, reason: None },
         )
         .await,
         "room_closed",
@@ -128,7 +125,12 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
     expect_code(
         m.merge_entities(
             &f.alice,
-            MergeEntities { room_id: r, agent_id: a.clone(), winner_entity_id: e1, loser_entity_id: e2 },
+            MergeEntities {
+                room_id: r,
+                agent_id: Some(a.clone()),
+                winner_entity_id: e1,
+                loser_entity_id: e2,
+            },
         )
         .await,
         "room_closed",
@@ -140,7 +142,7 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
 
     let timeline = f.all_findings(&f.bob).await;
     assert_eq!(timeline.iter().map(|x| x.finding_id).collect::<Vec<_>>(), vec![finding.finding_id]);
-    let updates = m.updates(&f.bob, UpdatesQuery::new(r, None)).await.unwrap();
+    let updates = m.updates(&f.bob, UpdatesQuery::new(r)).await.unwrap();
     assert_eq!(updates.findings.len(), 1);
     let ctx = m.room_context(&f.bob, r).await.unwrap();
     assert_eq!(ctx.room.status, RoomStatus::Closed);
@@ -186,7 +188,12 @@ pub async fn room_summary_counts_are_exact(backend: Backend) {
     f.macp
         .merge_entities(
             &f.alice,
-            MergeEntities { room_id: f.room, agent_id: f.a.clone(), winner_entity_id: x, loser_entity_id: z },
+            MergeEntities {
+                room_id: f.room,
+                agent_id: Some(f.a.clone()),
+                winner_entity_id: x,
+                loser_entity_id: z,
+            },
         )
         .await
         .unwrap();
@@ -343,7 +350,7 @@ pub async fn a_newcomer_orients_in_a_2000_finding_room(backend: Backend) {
     ] {
         let d = DeclareStatus {
             room_id: f.room,
-            agent_id: agent_id.clone(),
+            agent_id: Some(agent_id.clone()),
             status,
             reason: reason.map(Into::into),
         };
@@ -395,7 +402,7 @@ pub async fn a_newcomer_orients_in_a_2000_finding_room(backend: Backend) {
     let mut seen = Vec::new();
     let mut cursor = Some(ctx.cursor.clone());
     loop {
-        let u = f.macp.updates(&dee, UpdatesQuery::new(f.room, cursor.take())).await.unwrap();
+        let u = f.macp.updates(&dee, UpdatesQuery::new(f.room).cursor(cursor.take())).await.unwrap();
         assert!(u.findings.iter().all(|x| x.seq > 2_000), "nothing the context already covered");
         seen.extend(u.findings.iter().map(|x| (x.seq, x.finding_id)));
         cursor = Some(u.cursor);
@@ -421,7 +428,7 @@ pub async fn room_context_cursor_polls_exactly_what_came_after(backend: Backend)
     for i in 0..5 {
         after.push(f.post(&format!("after {i}"), &[]).await.finding_id);
     }
-    let u = f.macp.updates(&f.bob, UpdatesQuery::new(f.room, Some(ctx.cursor))).await.unwrap();
+    let u = f.macp.updates(&f.bob, UpdatesQuery::new(f.room).cursor(ctx.cursor)).await.unwrap();
     assert_eq!(u.findings.iter().map(|x| x.finding_id).collect::<Vec<_>>(), after);
     let empty = f
         .macp
