@@ -15,6 +15,10 @@ step "unit, conformance (memory + sqlite) and property tests"
 env -u MACP_AWS_TEST_ENDPOINT cargo test --workspace --all-features
 took "cargo test"
 
+step "the MCP library builds with no backend (the binary wires them)"
+cargo check --quiet -p macp-mcp --lib --no-default-features
+echo "macp-mcp's library depends on macp-core only"
+
 step "disk full: writes fail retryably, nothing acknowledged is lost, writes resume (a tmpfs)"
 if [ "$(id -u)" = 0 ]; then
   cargo test --quiet -p macp-local --test disk_full -- --ignored

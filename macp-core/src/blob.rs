@@ -79,6 +79,39 @@ pub trait BlobStore: Send + Sync + Debug {
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>>;
 }
 
+/// Bytes in flight: a request body, or a stored object being read.
+pub type ByteStream = std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>;
+
+/// The receiving end of presigned URLs that point at the server itself (the local store's do;
+/// S3 answers its own). The HTTP layer hands it every request to `/artifacts/<key>?<query>`,
+/// so the transport needs no knowledge of any store.
+///
+/// # Contract
+/// - [`put`](UrlEndpoint::put) checks the URL (signature, expiry, key, content type, length)
+///   before storing anything, stores the body whole or not at all, and never replaces an
+///   object ([`UrlRefusal::Exists`]).
+/// - [`get`](UrlEndpoint::get) checks the URL, then serves the object, or `None` when there is
+///   none.
+#[async_trait]
+pub trait UrlEndpoint: Send + Sync + Debug {
+    /// A PUT to an upload URL.
+    async fn put(
+        &self,
+        key: &str,
+        query: &str,
+        content_type: &str,
+        content_length: Option<u64>,
+        body: ByteStream,
+    ) -> std::result::Result<ObjectMeta, UrlRefusal>;
+
+    /// A GET of a download URL.
+    async fn get(
+        &self,
+        key: &str,
+        query: &str,
+    ) -> std::result::Result<Option<(ByteStream, ObjectMeta)>, UrlRefusal>;
+}
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// HMAC-SHA256 signatures binding a URL to its method, key, content type, length and expiry.

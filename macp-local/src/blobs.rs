@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use macp_core::blob::{
-    BlobStore, ObjectMeta, PresignedRequest, SignedTarget, UrlRefusal, UrlSigner, encode_query,
-    parse_signed_query,
+    BlobStore, ByteStream, ObjectMeta, PresignedRequest, SignedTarget, UrlEndpoint, UrlRefusal, UrlSigner,
+    encode_query, parse_signed_query,
 };
 use macp_core::{Error, Result, Timestamp};
 use tokio::io::AsyncWriteExt;
@@ -162,6 +162,30 @@ impl LocalBlobStore {
         let t = SignedTarget { method: "GET", key, content_type: "", length: 0, expires };
         self.signer.verify(&t, &sig, Self::now_secs())?;
         Ok(self.head(key).await.ok().flatten().map(|m| (self.root.join(key), m)))
+    }
+}
+
+#[async_trait]
+impl UrlEndpoint for LocalBlobStore {
+    async fn put(
+        &self,
+        key: &str,
+        query: &str,
+        content_type: &str,
+        content_length: Option<u64>,
+        body: ByteStream,
+    ) -> std::result::Result<ObjectMeta, UrlRefusal> {
+        self.handle_put(key, query, content_type, content_length, body).await
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+        query: &str,
+    ) -> std::result::Result<Option<(ByteStream, ObjectMeta)>, UrlRefusal> {
+        let Some((path, meta)) = self.authorize_download(key, query).await? else { return Ok(None) };
+        // Found a moment ago and never deleted: a file that cannot be opened now is absent.
+        Ok(tokio::fs::File::open(&path).await.ok().map(|f| (Box::pin(f) as ByteStream, meta)))
     }
 }
 

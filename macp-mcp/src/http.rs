@@ -13,8 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::TryStreamExt;
-use macp_core::blob::UrlRefusal;
-use macp_local::blobs::LocalBlobStore;
+use macp_core::blob::{UrlEndpoint, UrlRefusal};
 
 use crate::auth::{self, Verifier};
 use crate::server::MacpMcp;
@@ -48,8 +47,9 @@ fn set_nodelay(s: &mut tokio::net::TcpStream) {
 /// How the HTTP endpoint is exposed.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    /// Local artifact storage whose signed URLs this server answers at `/artifacts/…`.
-    pub artifacts: Option<LocalBlobStore>,
+    /// The store whose signed URLs this server answers at `/artifacts/…` (the local one; S3
+    /// answers its own).
+    pub artifacts: Option<Arc<dyn UrlEndpoint>>,
     /// Host names (optionally `host:port`) accepted in the `Host` header, in addition to
     /// `localhost`, `127.0.0.1` and `::1`.
     pub allowed_hosts: Vec<String>,
@@ -339,7 +339,7 @@ fn refused(r: UrlRefusal) -> Response {
 }
 
 async fn upload(
-    State(blobs): State<LocalBlobStore>,
+    State(blobs): State<Arc<dyn UrlEndpoint>>,
     Path(key): Path<String>,
     req: axum::extract::Request,
 ) -> Response {
@@ -353,7 +353,9 @@ async fn upload(
         )
     };
     let body = req.into_body().into_data_stream().map_err(std::io::Error::other);
-    match blobs.handle_put(&key, &query, &content_type, length, tokio_util::io::StreamReader::new(body)).await
+    match blobs
+        .put(&key, &query, &content_type, length, Box::pin(tokio_util::io::StreamReader::new(body)))
+        .await
     {
         Ok(meta) => {
             tracing::info!(key, size = meta.size, "artifact uploaded");
@@ -364,26 +366,23 @@ async fn upload(
 }
 
 async fn download(
-    State(blobs): State<LocalBlobStore>,
+    State(blobs): State<Arc<dyn UrlEndpoint>>,
     Path(key): Path<String>,
     uri: axum::http::Uri,
 ) -> Response {
-    match blobs.authorize_download(&key, uri.query().unwrap_or_default()).await {
+    match blobs.get(&key, uri.query().unwrap_or_default()).await {
         Err(r) => refused(r),
         Ok(None) => (StatusCode::NOT_FOUND, "no such artifact").into_response(),
-        Ok(Some((path, meta))) => match tokio::fs::File::open(&path).await {
-            Err(_) => (StatusCode::NOT_FOUND, "no such artifact").into_response(),
-            Ok(f) => {
-                let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(f));
-                let mut resp = body.into_response();
-                let h = resp.headers_mut();
-                if let Ok(v) = header::HeaderValue::from_str(&meta.content_type) {
-                    h.insert(header::CONTENT_TYPE, v);
-                }
-                h.insert(header::CONTENT_LENGTH, meta.size.into());
-                resp
+        Ok(Some((stream, meta))) => {
+            let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(stream));
+            let mut resp = body.into_response();
+            let h = resp.headers_mut();
+            if let Ok(v) = header::HeaderValue::from_str(&meta.content_type) {
+                h.insert(header::CONTENT_TYPE, v);
             }
-        },
+            h.insert(header::CONTENT_LENGTH, meta.size.into());
+            resp
+        }
     }
 }
 

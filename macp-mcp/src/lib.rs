@@ -35,6 +35,10 @@
 
 pub mod access;
 pub mod auth;
+/// The `macp` binary's configuration: flags, environment and TOML, resolved. It names the local
+/// backend's data directory, so it comes with the `local` feature; the adapter modules need no
+/// backend.
+#[cfg(feature = "local")]
 pub mod config;
 pub mod docs;
 pub mod http;

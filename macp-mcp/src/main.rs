@@ -483,7 +483,8 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     if let Some(host) = public.split("://").nth(1).and_then(|r| r.split('/').next()) {
         allowed_hosts.push(host.to_owned());
     }
-    let opts = HttpOptions { allowed_hosts, artifacts: local_artifacts, ..HttpOptions::default() };
+    let artifacts = local_artifacts.map(|b| Arc::new(b) as Arc<dyn macp_core::blob::UrlEndpoint>);
+    let opts = HttpOptions { allowed_hosts, artifacts, ..HttpOptions::default() };
     let app = match &cfg.auth {
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {
