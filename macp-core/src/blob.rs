@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::Serialize;
 use sha2::Sha256;
 
@@ -154,7 +154,7 @@ impl UrlSigner {
         // Keys and types cannot contain newlines (the service refuses control characters), so
         // the fields cannot be shifted into one another.
         let msg = format!("{}\n{}\n{}\n{}\n{}", t.method, t.key, t.content_type, t.length, t.expires);
-        let mut m = <HmacSha256 as Mac>::new_from_slice(&self.key)
+        let mut m = <HmacSha256 as KeyInit>::new_from_slice(&self.key)
             .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
         m.update(msg.as_bytes());
         m

@@ -77,7 +77,7 @@ macro_rules! ulid_id {
         impl $name {
             /// A fresh id, time-ordered by the moment it was minted.
             pub fn generate() -> Self {
-                Self(ulid::Ulid::new())
+                Self(ulid::Ulid::generate())
             }
 
             /// The millisecond timestamp embedded in the ULID.
@@ -162,7 +162,7 @@ impl AgentId {
 
     /// A fresh agent id of the form `agent-<ulid>`.
     pub fn generate() -> Self {
-        Self(format!("agent-{}", ulid::Ulid::new().to_string().to_lowercase()))
+        Self(format!("agent-{}", ulid::Ulid::generate().to_string().to_lowercase()))
     }
 
     /// The id as a string.

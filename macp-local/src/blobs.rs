@@ -106,7 +106,7 @@ impl LocalBlobStore {
         if tokio::fs::try_exists(self.root.join(key)).await.unwrap_or(false) {
             return Err(UrlRefusal::Exists);
         }
-        let tmp = self.incoming.join(ulid::Ulid::new().to_string());
+        let tmp = self.incoming.join(ulid::Ulid::generate().to_string());
         let file = tokio::fs::File::create(&tmp).await.map_err(|_| UrlRefusal::Exists)?;
         Ok(Upload {
             store: self.clone(),
