@@ -11,7 +11,7 @@ step() { printf '\n==> %s\n' "$*"; SECONDS=0; }
 took() { echo "($1 took ${SECONDS}s)"; }
 
 step "unit, conformance (memory + sqlite) and property tests"
-# The AWS conformance cases skip here; they run against moto below.
+# The AWS conformance cases are listed as ignored here; they run against moto below.
 env -u MACP_AWS_TEST_ENDPOINT cargo test --workspace --all-features
 took "cargo test"
 

@@ -1,5 +1,5 @@
 //! DynamoDB item helpers, error mapping, and the requests every store file shares (transactions
-//! with their cancellation reasons, reads and batch reads with retries, idempotency claims).
+//! with their cancellation reasons, reads and batch reads with retries, idempotency keys).
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
 use macp_core::model::Identifier;
-use macp_core::store::{IdempotencyClaim, IdempotencyRecord, WriteOperation};
+use macp_core::store::{IdempotencyKey, IdempotencyRecord, WriteOperation};
 use macp_core::{Error, Result, RoomId, Timestamp};
 
 use crate::AwsBackend;
@@ -325,7 +325,7 @@ impl AwsBackend {
         }
     }
 
-    async fn claim_record(&self, room: RoomId, key: &str) -> Result<Option<IdempotencyRecord>> {
+    async fn key_record(&self, room: RoomId, key: &str) -> Result<Option<IdempotencyRecord>> {
         let Some(item) = self
             .get_item(
                 &self.names.findings,
@@ -346,7 +346,7 @@ impl AwsBackend {
         }))
     }
 
-    pub(crate) fn claim_put(&self, room: RoomId, c: &IdempotencyClaim) -> TransactWriteItem {
+    pub(crate) fn key_put(&self, room: RoomId, c: &IdempotencyKey) -> TransactWriteItem {
         let item = HashMap::from([
             ("room_id".to_owned(), s(room.to_string())),
             ("finding_id".to_owned(), s(idem_sk(&c.key))),
@@ -358,26 +358,26 @@ impl AwsBackend {
         put(&self.names.findings, item, Some("attribute_not_exists(finding_id)"))
     }
 
-    /// The replay record if `claim` is already taken (a cheap check before a transaction).
+    /// The replay record if `idempotency` is already taken (a cheap check before a transaction).
     pub(crate) async fn replayed(
         &self,
         room: RoomId,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Option<IdempotencyRecord>> {
-        match claim {
-            Some(c) => self.claim_record(room, &c.key).await,
+        match idempotency {
+            Some(c) => self.key_record(room, &c.key).await,
             None => Ok(None),
         }
     }
 
-    pub(crate) async fn require_claim(
+    pub(crate) async fn require_key(
         &self,
         room: RoomId,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<IdempotencyRecord> {
-        self.replayed(room, claim)
+        self.replayed(room, idempotency)
             .await?
-            .ok_or_else(|| Error::backend("dynamodb", true, "idempotency claim vanished; retry", None))
+            .ok_or_else(|| Error::backend("dynamodb", true, "idempotency idempotency vanished; retry", None))
     }
 }
 

@@ -27,11 +27,11 @@
 //! | table | key | what |
 //! |---|---|---|
 //! | `rooms` | `room_id` | rooms; the room's finding counter `last_seq` and tag counts; `CONFIG#…` items |
-//! | `findings` | `room_id`, `finding_id` (ULID) | findings; LSI `by_seq` (`seq`); sparse GSI `pending` (`pending`, `created_at`); idempotency claims `IDEMP#<key>` |
-//! | `entities` | `room_id`, `entity_id` | entities; identifier claims `IDENT#<type>#<value>` |
+//! | `findings` | `room_id`, `finding_id` (ULID) | findings; LSI `by_seq` (`seq`); sparse GSI `pending` (`pending`, `created_at`); idempotency keys `IDEMP#<key>` |
+//! | `entities` | `room_id`, `entity_id` | entities; identifiers held `IDENT#<type>#<value>` |
 //! | `relationships` | `pk` = `room_id#source`, `sk` = `type#target` | edges; GSIs `by_target` and `by_room` |
 //! | `agent_sessions` | `room_id`, `agent_id` | agents |
-//! | `artifacts` | `room_id`, `artifact_id` | artifact metadata; key claims `KEY#<key>` |
+//! | `artifacts` | `room_id`, `artifact_id` | artifact metadata; artifact keys `KEY#<key>` |
 //!
 //! ## How the guarantees hold across processes
 //!
@@ -45,9 +45,9 @@
 //!   price is one serialisation point per room, which at the design's 4–8 agents per room is
 //!   far from DynamoDB's per-item limits.
 //! - **Idempotency** is a conditional put of `IDEMP#<key>` (in `findings`, one namespace per
-//!   room for every write tool) in the same transaction as the write: the key is claimed with
-//!   the write or not at all. A cancelled claim is read back and replayed.
-//! - **Identifier claims** are conditional puts of `IDENT#<type>#<value>` items in the entity's
+//!   room for every write tool) in the same transaction as the write: the key is taken with
+//!   the write or not at all. A cancelled one is read back and replayed.
+//! - **Identifiers held** by an entity are conditional puts of `IDENT#<type>#<value>` items in the entity's
 //!   creation transaction; a cancellation names the taken identifiers, and the service attaches
 //!   to their holder. Attaching, merging and appending relationship evidence are conditional on
 //!   a `version` attribute (optimistic concurrency), retried on conflict.
@@ -57,7 +57,7 @@
 //!   current by reading findings past the last `seq` it has seen.
 //!
 //! Departures from the design, with reasons: the `by_seq` LSI and the `pending` GSI (above);
-//! idempotency claims live in the `findings` table so that one key cannot be reused across
+//! idempotency keys live in the `findings` table so that one key cannot be reused across
 //! write tools; `list_rooms` scans the rooms table (rooms are few; a GSI would be the next step).
 
 mod blobs;

@@ -18,8 +18,8 @@ use crate::model::{
 };
 use crate::search::keyword::KeywordIndex;
 use crate::store::{
-    AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachEntity, Capabilities, CreateEntity,
-    EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyClaim, IdempotencyRecord,
+    AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, CreateOutcome,
+    EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyKey, IdempotencyRecord,
     Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
 };
 
@@ -36,7 +36,8 @@ struct State {
     /// Per room, findings in `seq` order: index `i` holds `seq = i + 1`.
     findings: HashMap<RoomId, Vec<Finding>>,
     entities: BTreeMap<(RoomId, EntityId), Entity>,
-    claims: HashMap<(RoomId, Identifier), EntityId>,
+    /// Which entity holds each identifier.
+    holders: HashMap<(RoomId, Identifier), EntityId>,
     relationships: BTreeMap<(RoomId, RelationshipKey), Relationship>,
     artifacts: BTreeMap<(RoomId, ArtifactId), Artifact>,
     idempotency: HashMap<(RoomId, String), IdempotencyRecord>,
@@ -64,12 +65,12 @@ async fn interleave() {
 }
 
 impl State {
-    fn replay(&self, room_id: RoomId, claim: Option<&IdempotencyClaim>) -> Option<IdempotencyRecord> {
-        claim.and_then(|c| self.idempotency.get(&(room_id, c.key.clone())).cloned())
+    fn replay(&self, room_id: RoomId, idempotency: Option<&IdempotencyKey>) -> Option<IdempotencyRecord> {
+        idempotency.and_then(|c| self.idempotency.get(&(room_id, c.key.clone())).cloned())
     }
 
-    fn record(&mut self, room_id: RoomId, claim: Option<&IdempotencyClaim>) {
-        if let Some(c) = claim {
+    fn record(&mut self, room_id: RoomId, idempotency: Option<&IdempotencyKey>) {
+        if let Some(c) = idempotency {
             self.idempotency.insert((room_id, c.key.clone()), c.to_record());
         }
     }
@@ -81,7 +82,7 @@ impl Store for MemoryStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().with_keyword_search(true)
+        Capabilities::none()
     }
 }
 
@@ -189,11 +190,11 @@ impl FindingStore for MemoryStore {
     async fn append_finding(
         &self,
         finding: &Finding,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Finding>> {
         interleave().await;
         let mut s = self.lock();
-        if let Some(rec) = s.replay(finding.room_id, claim) {
+        if let Some(rec) = s.replay(finding.room_id, idempotency) {
             return Ok(Write::Replayed(rec));
         }
         let list = s.findings.entry(finding.room_id).or_default();
@@ -201,7 +202,7 @@ impl FindingStore for MemoryStore {
         stored.seq = list.len() as u64 + 1;
         list.push(stored.clone());
         s.keywords.entry(finding.room_id).or_default().add(stored.finding_id, &stored.content);
-        s.record(finding.room_id, claim);
+        s.record(finding.room_id, idempotency);
         Ok(Write::Applied(stored))
     }
 
@@ -284,38 +285,49 @@ impl FindingStore for MemoryStore {
         })
     }
 
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
+    async fn keyword_search(
+        &self,
+        room_id: RoomId,
+        query: &str,
+        limit: usize,
+    ) -> Result<Option<KeywordSearch>> {
         interleave().await;
         let s = self.lock();
-        Ok(s.keywords
-            .get(&room_id)
-            .map_or_else(|| KeywordIndex::new().search(query, limit), |ix| ix.search(query, limit)))
+        Ok(Some(
+            s.keywords
+                .get(&room_id)
+                .map_or_else(|| KeywordIndex::new().search(query, limit), |ix| ix.search(query, limit)),
+        ))
     }
 }
 
 #[async_trait]
 impl EntityStore for MemoryStore {
-    async fn create_entity(&self, entity: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity> {
+    async fn create_entity(
+        &self,
+        entity: &Entity,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<CreateOutcome> {
         interleave().await;
         let mut s = self.lock();
         let room = entity.room_id;
-        if let Some(rec) = s.replay(room, claim) {
-            return Ok(CreateEntity::Replayed(rec));
+        if let Some(rec) = s.replay(room, idempotency) {
+            return Ok(CreateOutcome::Replayed(rec));
         }
         let taken: Vec<(Identifier, EntityId)> = entity
             .identifiers
             .iter()
-            .filter_map(|i| s.claims.get(&(room, i.clone())).map(|e| (i.clone(), *e)))
+            .filter_map(|i| s.holders.get(&(room, i.clone())).map(|e| (i.clone(), *e)))
             .collect();
         if !taken.is_empty() {
-            return Ok(CreateEntity::IdentifiersTaken(taken));
+            return Ok(CreateOutcome::IdentifiersTaken(taken));
         }
         for i in &entity.identifiers {
-            s.claims.insert((room, i.clone()), entity.entity_id);
+            s.holders.insert((room, i.clone()), entity.entity_id);
         }
         s.entities.insert((room, entity.entity_id), entity.clone());
-        s.record(room, claim);
-        Ok(CreateEntity::Created(entity.clone()))
+        s.record(room, idempotency);
+        Ok(CreateOutcome::Created(entity.clone()))
     }
 
     async fn attach_to_entity(
@@ -324,35 +336,35 @@ impl EntityStore for MemoryStore {
         entity_id: EntityId,
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
-        claim: Option<&IdempotencyClaim>,
-    ) -> Result<AttachEntity> {
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<AttachOutcome> {
         interleave().await;
         let mut s = self.lock();
-        if let Some(rec) = s.replay(room_id, claim) {
-            return Ok(AttachEntity::Replayed(rec));
+        if let Some(rec) = s.replay(room_id, idempotency) {
+            return Ok(AttachOutcome::Replayed(rec));
         }
         if !s.entities.contains_key(&(room_id, entity_id)) {
             return Err(Error::not_found("entity", entity_id));
         }
-        let mut claimed_elsewhere = Vec::new();
+        let mut held_elsewhere = Vec::new();
         let mut added = Vec::new();
         for i in identifiers {
-            match s.claims.get(&(room_id, i.clone())) {
-                Some(holder) if *holder != entity_id => claimed_elsewhere.push((i.clone(), *holder)),
+            match s.holders.get(&(room_id, i.clone())) {
+                Some(holder) if *holder != entity_id => held_elsewhere.push((i.clone(), *holder)),
                 Some(_) => {}
                 None => added.push(i.clone()),
             }
         }
         for i in &added {
-            s.claims.insert((room_id, i.clone()), entity_id);
+            s.holders.insert((room_id, i.clone()), entity_id);
         }
         let e =
             s.entities.get_mut(&(room_id, entity_id)).ok_or_else(|| Error::not_found("entity", entity_id))?;
         e.add_identifiers(added);
         e.add_missing_properties(properties);
         let entity = e.clone();
-        s.record(room_id, claim);
-        Ok(AttachEntity::Attached { entity, claimed_elsewhere })
+        s.record(room_id, idempotency);
+        Ok(AttachOutcome::Attached { entity, held_elsewhere })
     }
 
     async fn get_entities(&self, room_id: RoomId, ids: &[EntityId]) -> Result<Vec<Entity>> {
@@ -396,7 +408,7 @@ impl EntityStore for MemoryStore {
         let s = self.lock();
         Ok(identifiers
             .iter()
-            .filter_map(|i| s.claims.get(&(room_id, i.clone())).map(|e| (i.clone(), *e)))
+            .filter_map(|i| s.holders.get(&(room_id, i.clone())).map(|e| (i.clone(), *e)))
             .collect())
     }
 
@@ -420,11 +432,11 @@ impl EntityStore for MemoryStore {
     async fn put_relationship(
         &self,
         rel: &Relationship,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<(Relationship, bool)>> {
         interleave().await;
         let mut s = self.lock();
-        if let Some(rec) = s.replay(rel.room_id, claim) {
+        if let Some(rec) = s.replay(rel.room_id, idempotency) {
             return Ok(Write::Replayed(rec));
         }
         let key = (rel.room_id, RelationshipKey::of(rel));
@@ -438,7 +450,7 @@ impl EntityStore for MemoryStore {
                 (rel.clone(), true)
             }
         };
-        s.record(rel.room_id, claim);
+        s.record(rel.room_id, idempotency);
         Ok(Write::Applied(out))
     }
 
@@ -512,19 +524,19 @@ impl ArtifactStore for MemoryStore {
     async fn insert_artifact(
         &self,
         artifact: &Artifact,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Artifact>> {
         interleave().await;
         let mut s = self.lock();
         let room = artifact.room_id;
-        if let Some(rec) = s.replay(room, claim) {
+        if let Some(rec) = s.replay(room, idempotency) {
             return Ok(Write::Replayed(rec));
         }
         if s.artifacts.iter().any(|((r, _), a)| *r == room && a.key == artifact.key) {
             return Err(Error::AlreadyExists { what: "artifact with key", id: artifact.key.clone() });
         }
         s.artifacts.insert((room, artifact.artifact_id), artifact.clone());
-        s.record(room, claim);
+        s.record(room, idempotency);
         Ok(Write::Applied(artifact.clone()))
     }
 

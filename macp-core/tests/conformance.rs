@@ -11,4 +11,4 @@ async fn memory() -> Option<macp_testkit::Backend> {
     )
 }
 
-macp_testkit::conformance_tests!(memory);
+macp_testkit::conformance_tests!(memory, features = [keywords, vectors, blobs, bounded_urls]);

@@ -85,7 +85,7 @@ async fn room_of(n: usize, findings: &[String], queries: &[String]) {
         scan.push(t.elapsed());
         let t = Instant::now();
         std::hint::black_box(
-            macp_core::store::FindingStore::keyword_search(&*store, room, q, 200).await.unwrap(),
+            macp_core::store::FindingStore::keyword_search(&*store, room, q, 200).await.unwrap().unwrap(),
         );
         kw.push(t.elapsed());
         let t = Instant::now();

@@ -7,7 +7,7 @@ use macp_core::{Error, Result};
 use crate::blobs;
 use crate::db::{DB_FILE, SqliteStore};
 
-/// An exclusive claim on a data directory, held while it lives (an advisory lock on
+/// An exclusive hold on a data directory, kept while it lives (an advisory lock on
 /// `<dir>/macp.lock`, released when dropped or when the process exits, however it exits).
 ///
 /// Why: a [`SqliteStore`] keeps each room's keyword and vector indexes in memory and updates

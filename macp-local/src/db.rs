@@ -1,5 +1,5 @@
 //! The database connections: the builder, the writer and the reader pool, and the helpers
-//! every store file uses (error mapping, row helpers, idempotency claims inside a transaction).
+//! every store file uses (error mapping, row helpers, idempotency keys inside a transaction).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use macp_core::model::{AgentSession, Room};
-use macp_core::store::{IdempotencyClaim, IdempotencyRecord, WriteOperation};
+use macp_core::store::{IdempotencyKey, IdempotencyRecord, WriteOperation};
 use macp_core::{AgentId, Error, Result, RoomId, Timestamp};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -158,7 +158,7 @@ pub fn default_data_dir() -> PathBuf {
     PathBuf::from("macp-data")
 }
 
-/// A [`Store`] on one SQLite database file. Cheap to clone.
+/// A [`Store`](macp_core::Store) on one SQLite database file. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
     pub(crate) inner: Arc<Shared>,
@@ -218,7 +218,7 @@ impl SqliteStore {
     /// Writes a consistent snapshot of the database to `dest` (a new file; an existing one is
     /// refused, never overwritten) while the store keeps serving: SQLite's `VACUUM INTO` reads
     /// one committed snapshot, so the copy holds every write acknowledged before the call and
-    /// none half-done. Returns the copy's size in bytes. See [`backup`] for the whole data
+    /// none half-done. Returns the copy's size in bytes. See [`backup`](crate::backup) for the whole data
     /// directory.
     pub async fn backup_database(&self, dest: &Path) -> Result<u64> {
         if dest.exists() {
@@ -395,14 +395,14 @@ pub(crate) fn placeholders(n: usize) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Idempotency claims, inside the caller's transaction.
+// Idempotency keys, inside the caller's transaction.
 
-pub(crate) fn existing_claim(
+pub(crate) fn existing_key(
     tx: &Connection,
     room: &str,
-    claim: Option<&IdempotencyClaim>,
+    idempotency: Option<&IdempotencyKey>,
 ) -> Result<Option<IdempotencyRecord>> {
-    let Some(c) = claim else { return Ok(None) };
+    let Some(c) = idempotency else { return Ok(None) };
     row(tx,
         "SELECT key, operation, fingerprint, result_id, created_at FROM idempotency WHERE room_id = ? AND key = ?",
         params![room, c.key],
@@ -430,8 +430,8 @@ pub(crate) fn existing_claim(
     .transpose()
 }
 
-pub(crate) fn record_claim(tx: &Connection, room: &str, claim: Option<&IdempotencyClaim>) -> Result<()> {
-    if let Some(c) = claim {
+pub(crate) fn record_key(tx: &Connection, room: &str, idempotency: Option<&IdempotencyKey>) -> Result<()> {
+    if let Some(c) = idempotency {
         exec(tx,
             "INSERT INTO idempotency (room_id, key, operation, fingerprint, result_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             params![room, c.key, c.operation.as_str(), c.fingerprint, c.result_id, c.created_at.as_millis()],

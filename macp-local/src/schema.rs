@@ -171,6 +171,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO room_tags (room_id, tag, findings)
         SELECT room_id, tag, count(*) FROM finding_tags GROUP BY room_id, tag;
     "#,
+    // 3: names. "Claim" is reserved for an agent's claim on a piece of work; an entity holds
+    // its identifiers.
+    r#"
+    ALTER TABLE identifier_claims RENAME TO identifier_holders;
+    "#,
 ];
 
 /// The schema version this build writes.

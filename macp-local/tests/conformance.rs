@@ -59,4 +59,4 @@ async fn sqlite() -> Option<macp_testkit::Backend> {
     )
 }
 
-macp_testkit::conformance_tests!(sqlite);
+macp_testkit::conformance_tests!(sqlite, features = [durable, keywords, vectors, blobs, bounded_urls]);

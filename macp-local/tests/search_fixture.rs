@@ -39,7 +39,7 @@ async fn hybrid_ranking_matches_the_reference_pipeline() {
     }
     for q in fx["queries"].as_array().unwrap() {
         let text = q["query"].as_str().unwrap();
-        let kw = store.keyword_search(room, text, 100).await.unwrap();
+        let kw = store.keyword_search(room, text, 100).await.unwrap().expect("SQLite has keyword search");
         let ideal = q["ideal"].as_f64().unwrap();
         assert!((kw.ideal - ideal).abs() < 1e-9, "{text:?}: ideal {} vs {ideal}", kw.ideal);
         let want_bm25: Vec<f64> = q["bm25"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();

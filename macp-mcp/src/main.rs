@@ -154,9 +154,9 @@ enum Use<'a> {
 const NO_AWS: &str = "this macp was built without the `aws` cargo feature; rebuild with \
                       `cargo build --release -p macp-mcp --features aws` to use --backend aws or --embedder titan";
 
-/// The local data directory, claimed for a process that indexes (serve, reconcile, reindex);
+/// The local data directory, locked for a process that indexes (serve, reconcile, reindex);
 /// `None` on AWS, where the indexes live in the service, not in the process.
-fn claim(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> {
+fn lock_data(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> {
     match cfg.backend {
         BackendKind::Local => macp_local::lock_data_dir(&cfg.data_dir).map(Some).map_err(|e| e.to_string()),
         BackendKind::Aws => Ok(None),
@@ -350,7 +350,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Reconcile => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let _lock = claim(&cfg)?;
+            let _lock = lock_data(&cfg)?;
             let macp = open(&cfg, Use::Command).await?.macp;
             let mut total = 0;
             loop {
@@ -412,7 +412,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Reindex => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let _lock = claim(&cfg)?;
+            let _lock = lock_data(&cfg)?;
             let macp = open(&cfg, Use::Reindex).await?.macp;
             let r = macp.reindex().await.map_err(|e| e.to_string())?;
             println!("reindexed {} findings", r.indexed);
@@ -435,7 +435,7 @@ fn init_logs(to_stderr: bool) {
 async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String> {
     let cfg = Resolved::new(common, serve)?;
     init_logs(serve.stdio);
-    let _lock = claim(&cfg)?;
+    let _lock = lock_data(&cfg)?;
     let local = Principal::new(cfg.local_user.clone()).map_err(|e| e.to_string())?;
 
     if serve.stdio {

@@ -13,10 +13,11 @@
 //! ```
 //! // tests/conformance.rs of your backend crate (here with the in-memory reference store).
 //! async fn backend() -> Option<macp_testkit::Backend> {
-//!     // Return None to skip (e.g. cloud credentials absent); every case then passes as skipped.
 //!     Some(macp_testkit::Backend::new(std::sync::Arc::new(macp_core::memory::MemoryStore::new())))
 //! }
-//! macp_testkit::conformance_tests!(backend);
+//! // The store keeps nothing across a restart and has neither vectors nor artifacts: the cases
+//! // for those are listed as ignored, with the feature they need.
+//! macp_testkit::conformance_tests!(backend, features = [keywords]);
 //! # fn main() {}
 //! ```
 //!
@@ -162,18 +163,33 @@ impl Clock for ManualClock {
     }
 }
 
-/// Expands into one `#[test]` per conformance case and property for a backend factory: an
-/// `async fn() -> Option<Backend>` (return `None` to skip every case, e.g. when a cloud backend
-/// has no credentials).
+/// Expands into one `#[test]` per conformance case and property for a backend factory (an
+/// `async fn() -> Option<Backend>`), given the optional features the backend has:
+///
+/// - `durable`: acknowledged writes survive a reopen ([`Backend::with_reopen`]; the store
+///   declares [`Capabilities::durable`](macp_core::Capabilities)).
+/// - `shared`: several stores on the same data (the reopen) serve at once, keeping every
+///   guarantee ([`Capabilities::shared_across_processes`](macp_core::Capabilities)).
+/// - `keywords`: the store answers [`FindingStore::keyword_search`](macp_core::store::FindingStore::keyword_search).
+/// - `vectors`: a vector index ([`Backend::with_vector_index`]).
+/// - `blobs`: artifact storage ([`Backend::with_blobs`]).
+/// - `bounded_urls`: the artifact store itself refuses an upload outside its URL's bounds
+///   ([`BlobStore::enforces_presigned_bounds`](macp_core::blob::BlobStore::enforces_presigned_bounds);
+///   an emulator may not).
+///
+/// A case that needs a feature the backend lacks is generated `#[ignore]`d, with the reason, so
+/// `cargo test` lists it as ignored, never as passed; one extra test checks that the features
+/// declared here are exactly what the backend has. `ignore = "reason"` ignores every case (a
+/// backend that needs an external service: run them with `cargo test -- --ignored` once it is
+/// up); the factory returning `None` then fails the test rather than passing it.
 ///
 /// ```ignore
-/// macp_testkit::conformance_tests!(my_factory);
+/// macp_testkit::conformance_tests!(my_factory, features = [durable, keywords, vectors, blobs, bounded_urls]);
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {
-    ($factory:path) => {
-        $crate::__cases!(
-            $factory;
+    ($factory:path, features = [$($feature:ident),* $(,)?] $(, ignore = $all:literal)? $(,)?) => {
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; core;
             create_room_assigns_id_and_defaults,
             create_room_refuses_bad_input_and_writes_nothing,
             list_rooms_pages_newest_first_and_filters_by_status,
@@ -216,66 +232,126 @@ macro_rules! conformance_tests {
             room_context_lists_the_most_used_tags_within_budget,
             room_context_cursor_polls_exactly_what_came_after,
             a_newcomer_orients_in_a_2000_finding_room,
-            register_artifact_checks_prefix_and_links,
-            list_artifacts_filters_by_finding_and_entity_alias,
-            idempotent_register_artifact_replays,
+        );
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
-            artifacts_round_trip_through_presigned_urls,
-            registering_a_key_never_uploaded_is_not_found,
-            registration_refuses_an_object_outside_the_limits,
-            upload_urls_accept_only_their_key_type_size_and_time,
-            upload_requests_refuse_limits_and_path_like_names,
-            search_finds_a_paraphrase_without_shared_words,
+        );
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; shared;
+            two_stores_on_the_same_data_keep_one_sequence,
+        );
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; keywords;
+            pending_findings_are_found_by_their_words,
+            a_rooms_first_findings_are_found_by_their_words,
             search_finds_an_exact_identifier_first,
             search_stays_in_its_room_and_honours_filters,
+        );
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; vectors;
+            search_finds_a_paraphrase_without_shared_words,
             posts_are_indexed_inline_and_searchable_at_once,
             failed_indexing_loses_nothing_and_reconciles_exactly_once,
             an_index_write_reported_as_failed_is_not_duplicated,
-            pending_findings_are_found_by_their_words,
-            a_rooms_first_findings_are_found_by_their_words,
             an_index_built_by_another_model_is_refused_until_reindexed,
         );
-        $crate::__props!(
-            $factory;
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; blobs;
+            register_artifact_checks_prefix_and_links,
+            list_artifacts_filters_by_finding_and_entity_alias,
+            idempotent_register_artifact_replays,
+            merged_entities_keep_their_artifacts,
+            artifacts_round_trip_through_presigned_urls,
+            registering_a_key_never_uploaded_is_not_found,
+            registration_refuses_an_object_outside_the_limits,
+            upload_requests_refuse_limits_and_path_like_names,
+        );
+        $crate::__cases!($factory, [$($feature),*], [$($all)?]; bounded_urls;
+            upload_urls_accept_only_their_key_type_size_and_time,
+        );
+        $crate::__props!($factory, [$($all)?];
             prop_updates_never_skip_or_repeat,
             prop_idempotent_writes_write_once,
             prop_merges_resolve_from_any_alias,
         );
+        $crate::__one_test!([$($all)?], declared_features_match_the_backend, {
+            let rt = $crate::__tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(async {
+                let backend = $factory().await.expect("backend not configured");
+                $crate::cases::declared_features_match_the_backend(backend, &[$(stringify!($feature)),*]).await
+            });
+        });
     };
 }
+
+/// The features a backend may declare to [`conformance_tests!`].
+pub const FEATURES: &[&str] = &["durable", "shared", "keywords", "vectors", "blobs", "bounded_urls"];
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __cases {
-    ($factory:path; $($case:ident),+ $(,)?) => {
+    ($factory:path, $features:tt, $ignore:tt; $group:ident; $($case:ident),+ $(,)?) => {
         $(
-            #[test]
-            fn $case() {
-                let rt = $crate::__tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(4)
-                    .enable_all()
-                    .build()
-                    .expect("tokio runtime");
-                rt.block_on(async {
-                    match $factory().await {
-                        Some(backend) => $crate::cases::$case(backend).await,
-                        None => eprintln!("skipped {}: backend not configured", stringify!($case)),
-                    }
-                });
-            }
+            $crate::__if_has!($group, $features, {
+                $crate::__one_test!($ignore, $case, { $crate::__run!($factory, $case) });
+            }, {
+                #[test]
+                #[ignore = concat!("the backend does not declare `", stringify!($group), "`")]
+                fn $case() {}
+            });
         )+
     };
 }
 
 #[doc(hidden)]
 #[macro_export]
+macro_rules! __one_test {
+    ([], $name:ident, $body:block) => {
+        #[test]
+        fn $name() $body
+    };
+    ([$all:literal], $name:ident, $body:block) => {
+        #[test]
+        #[ignore = $all]
+        fn $name() $body
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __run {
+    ($factory:path, $case:ident) => {{
+        let rt = $crate::__tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(async {
+            let backend = $factory().await.expect("backend not configured: the factory returned None");
+            $crate::cases::$case(backend).await
+        });
+    }};
+}
+
+/// `$yes` when `$group` is `core` or among the features, else `$no`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_has {
+    (core, [$($f:ident),*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    ($g:ident, [], {$($yes:tt)*}, {$($no:tt)*}) => { $($no)* };
+    (durable, [durable $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    (shared, [shared $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    (keywords, [keywords $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    (vectors, [vectors $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    (blobs, [blobs $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    (bounded_urls, [bounded_urls $(, $r:ident)*], {$($yes:tt)*}, {$($no:tt)*}) => { $($yes)* };
+    ($g:ident, [$x:ident $(, $r:ident)*], $yes:tt, $no:tt) => { $crate::__if_has!($g, [$($r),*], $yes, $no); };
+}
+
+#[doc(hidden)]
+#[macro_export]
 macro_rules! __props {
-    ($factory:path; $($prop:ident),+ $(,)?) => {
+    ($factory:path, $ignore:tt; $($prop:ident),+ $(,)?) => {
         $(
-            #[test]
-            fn $prop() {
+            $crate::__one_test!($ignore, $prop, {
                 $crate::props::$prop(|| async { $factory().await });
-            }
+            });
         )+
     };
 }
@@ -301,5 +377,45 @@ impl Transfer for MemoryTransfer {
             Ok(None) => (404, Vec::new()),
             Err(_) => (403, Vec::new()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every case function in `src/cases/` is registered in [`conformance_tests!`] exactly once:
+    /// a case written but not registered would never run for any backend.
+    #[test]
+    fn every_case_is_registered_once() {
+        let sources = [
+            include_str!("cases/rooms.rs"),
+            include_str!("cases/agents.rs"),
+            include_str!("cases/findings.rs"),
+            include_str!("cases/entities.rs"),
+            include_str!("cases/artifacts.rs"),
+            include_str!("cases/search.rs"),
+            include_str!("cases/durability.rs"),
+        ];
+        let lib = include_str!("lib.rs");
+        let registry = &lib
+            [lib.find("macro_rules! conformance_tests").unwrap()..lib.find("pub const FEATURES").unwrap()];
+        let mut cases = Vec::new();
+        for src in sources {
+            for line in src.lines() {
+                if let Some(rest) = line.strip_prefix("pub async fn ")
+                    && let Some((name, args)) = rest.split_once('(')
+                    && args.starts_with("backend: Backend)")
+                {
+                    cases.push(name.to_owned());
+                }
+            }
+        }
+        assert!(cases.len() > 60, "found {} case functions", cases.len());
+        for c in &cases {
+            let n = registry.matches(&format!("            {c},")).count();
+            assert_eq!(n, 1, "case `{c}` is registered {n} times in conformance_tests!");
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cases");
+        let files = std::fs::read_dir(dir).unwrap().count();
+        assert_eq!(files, sources.len() + 1, "a file in src/cases/ is not read by this test (mod.rs aside)");
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use macp_core::model::Artifact;
-use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyClaim, Write};
+use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{ArtifactId, Error, Result, RoomId};
 
 use crate::AwsBackend;
@@ -18,10 +18,10 @@ impl ArtifactStore for AwsBackend {
     async fn insert_artifact(
         &self,
         a: &Artifact,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Artifact>> {
         let room = a.room_id;
-        if let Some(rec) = self.replayed(room, claim).await? {
+        if let Some(rec) = self.replayed(room, idempotency).await? {
             return Ok(Write::Replayed(rec));
         }
         let item = HashMap::from([
@@ -29,24 +29,24 @@ impl ArtifactStore for AwsBackend {
             ("artifact_id".to_owned(), s(a.artifact_id.to_string())),
             ("doc".to_owned(), json(a)),
         ]);
-        let key_claim = HashMap::from([
+        let key_item = HashMap::from([
             ("room_id".to_owned(), s(room.to_string())),
             ("artifact_id".to_owned(), s(format!("KEY#{}", a.key))),
             ("holder".to_owned(), s(a.artifact_id.to_string())),
         ]);
         let mut items = vec![
             put(&self.names.artifacts, item, Some("attribute_not_exists(artifact_id)")),
-            put(&self.names.artifacts, key_claim, Some("attribute_not_exists(artifact_id)")),
+            put(&self.names.artifacts, key_item, Some("attribute_not_exists(artifact_id)")),
         ];
-        if let Some(c) = claim {
-            items.push(self.claim_put(room, c));
+        if let Some(c) = idempotency {
+            items.push(self.key_put(room, c));
         }
         match self.transact(items, "TransactWriteItems (artifact)").await? {
             Tx::Done => Ok(Write::Applied(a.clone())),
             Tx::Cancelled(reasons) => {
                 let failed = |i: usize| check_failed(&reasons, i);
-                if claim.is_some() && failed(2) {
-                    return Ok(Write::Replayed(self.require_claim(room, claim).await?));
+                if idempotency.is_some() && failed(2) {
+                    return Ok(Write::Replayed(self.require_key(room, idempotency).await?));
                 }
                 if failed(1) {
                     return Err(Error::AlreadyExists { what: "artifact with key", id: a.key.clone() });

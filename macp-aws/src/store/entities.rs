@@ -1,4 +1,4 @@
-//! Entities, identifier claims and relationships.
+//! Entities, the identifiers they hold, and relationships.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Select, TransactWriteItem, Update};
 use macp_core::model::{Entity, Identifier, Relationship};
 use macp_core::store::{
-    AttachEntity, CreateEntity, EntityStats, EntityStore, IdempotencyClaim, RelationshipKey, Write,
+    AttachOutcome, CreateOutcome, EntityStats, EntityStore, IdempotencyKey, RelationshipKey, Write,
 };
 use macp_core::{EntityId, Error, Result, RoomId};
 use serde_json::{Map, Value};
@@ -93,7 +93,7 @@ impl AwsBackend {
         Ok(TransactWriteItem::builder().update(u).build())
     }
 
-    async fn claims(&self, room: RoomId, ids: &[Identifier]) -> Result<Vec<(Identifier, EntityId)>> {
+    async fn holders(&self, room: RoomId, ids: &[Identifier]) -> Result<Vec<(Identifier, EntityId)>> {
         let keys = ids.iter().map(|i| key2("room_id", room.to_string(), "entity_id", ident_sk(i))).collect();
         let items = self.batch_get(&self.names.entities, keys).await?;
         let mut out = Vec::new();
@@ -117,30 +117,34 @@ impl AwsBackend {
 
 #[async_trait]
 impl EntityStore for AwsBackend {
-    async fn create_entity(&self, entity: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity> {
+    async fn create_entity(
+        &self,
+        entity: &Entity,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<CreateOutcome> {
         let room = entity.room_id;
-        if let Some(rec) = self.replayed(room, claim).await? {
-            return Ok(CreateEntity::Replayed(rec));
+        if let Some(rec) = self.replayed(room, idempotency).await? {
+            return Ok(CreateOutcome::Replayed(rec));
         }
         let mut items =
             vec![put(&self.names.entities, entity_item(entity, 0), Some("attribute_not_exists(entity_id)"))];
         items.extend(entity.identifiers.iter().map(|i| self.ident_put(room, i, entity.entity_id)));
-        if let Some(c) = claim {
-            items.push(self.claim_put(room, c));
+        if let Some(c) = idempotency {
+            items.push(self.key_put(room, c));
         }
         match self.transact(items, "TransactWriteItems (create entity)").await? {
-            Tx::Done => Ok(CreateEntity::Created(entity.clone())),
+            Tx::Done => Ok(CreateOutcome::Created(entity.clone())),
             Tx::Cancelled(reasons) => {
                 let failed = |i: usize| check_failed(&reasons, i);
                 let n_ids = entity.identifiers.len();
-                if claim.is_some() && failed(1 + n_ids) {
-                    return Ok(CreateEntity::Replayed(self.require_claim(room, claim).await?));
+                if idempotency.is_some() && failed(1 + n_ids) {
+                    return Ok(CreateOutcome::Replayed(self.require_key(room, idempotency).await?));
                 }
-                let taken = self.claims(room, &entity.identifiers).await?;
+                let taken = self.holders(room, &entity.identifiers).await?;
                 if taken.is_empty() {
                     return Err(Error::backend("dynamodb", true, "entity creation conflicted; retry", None));
                 }
-                Ok(CreateEntity::IdentifiersTaken(taken))
+                Ok(CreateOutcome::IdentifiersTaken(taken))
             }
         }
     }
@@ -151,22 +155,22 @@ impl EntityStore for AwsBackend {
         entity_id: EntityId,
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
-        claim: Option<&IdempotencyClaim>,
-    ) -> Result<AttachEntity> {
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<AttachOutcome> {
         for attempt in 0..ATTEMPTS {
-            if let Some(rec) = self.replayed(room_id, claim).await? {
-                return Ok(AttachEntity::Replayed(rec));
+            if let Some(rec) = self.replayed(room_id, idempotency).await? {
+                return Ok(AttachOutcome::Replayed(rec));
             }
             let (mut e, version) = self
                 .entity(room_id, entity_id)
                 .await?
                 .ok_or_else(|| Error::not_found("entity", entity_id))?;
-            let taken = self.claims(room_id, identifiers).await?;
-            let mut claimed_elsewhere = Vec::new();
+            let taken = self.holders(room_id, identifiers).await?;
+            let mut held_elsewhere = Vec::new();
             let mut added = Vec::new();
             for i in identifiers {
                 match taken.iter().find(|(t, _)| t == i) {
-                    Some((_, h)) if *h != entity_id => claimed_elsewhere.push((i.clone(), *h)),
+                    Some((_, h)) if *h != entity_id => held_elsewhere.push((i.clone(), *h)),
                     Some(_) => {}
                     None => added.push(i.clone()),
                 }
@@ -183,14 +187,14 @@ impl EntityStore for AwsBackend {
                 None,
             )?];
             items.extend(added.iter().map(|i| self.ident_put(room_id, i, entity_id)));
-            if let Some(c) = claim {
-                items.push(self.claim_put(room_id, c));
+            if let Some(c) = idempotency {
+                items.push(self.key_put(room_id, c));
             }
             match self.transact(items, "TransactWriteItems (attach)").await? {
-                Tx::Done => return Ok(AttachEntity::Attached { entity: e, claimed_elsewhere }),
+                Tx::Done => return Ok(AttachOutcome::Attached { entity: e, held_elsewhere }),
                 Tx::Cancelled(reasons) => {
-                    if claim.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
-                        return Ok(AttachEntity::Replayed(self.require_claim(room_id, claim).await?));
+                    if idempotency.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
+                        return Ok(AttachOutcome::Replayed(self.require_key(room_id, idempotency).await?));
                     }
                     backoff(attempt).await;
                 }
@@ -261,7 +265,7 @@ impl EntityStore for AwsBackend {
         room_id: RoomId,
         identifiers: &[Identifier],
     ) -> Result<Vec<(Identifier, EntityId)>> {
-        self.claims(room_id, identifiers).await
+        self.holders(room_id, identifiers).await
     }
 
     async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
@@ -301,12 +305,12 @@ impl EntityStore for AwsBackend {
     async fn put_relationship(
         &self,
         rel: &Relationship,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<(Relationship, bool)>> {
         let room = rel.room_id;
         let key = RelationshipKey::of(rel);
         for attempt in 0..ATTEMPTS {
-            if let Some(rec) = self.replayed(room, claim).await? {
+            if let Some(rec) = self.replayed(room, idempotency).await? {
                 return Ok(Write::Replayed(rec));
             }
             let existing = self.get_item(&self.names.relationships, rel_key(room, &key), "GetItem").await?;
@@ -340,14 +344,14 @@ impl EntityStore for AwsBackend {
                     (r, false, vec![u])
                 }
             };
-            if let Some(c) = claim {
-                items.push(self.claim_put(room, c));
+            if let Some(c) = idempotency {
+                items.push(self.key_put(room, c));
             }
             match self.transact(items, "TransactWriteItems (relationship)").await? {
                 Tx::Done => return Ok(Write::Applied((stored, created))),
                 Tx::Cancelled(reasons) => {
-                    if claim.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
-                        return Ok(Write::Replayed(self.require_claim(room, claim).await?));
+                    if idempotency.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
+                        return Ok(Write::Replayed(self.require_key(room, idempotency).await?));
                     }
                     backoff(attempt).await;
                 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use macp_core::model::{Finding, IndexStatus};
 use macp_core::search::keyword::KeywordIndex;
-use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyClaim, KeywordSearch, Write};
+use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
 use macp_core::{Error, FindingId, Result, RoomId, Timestamp};
 
 use crate::AwsBackend;
@@ -46,10 +46,14 @@ fn finding_of(item: &Item) -> Result<Finding> {
 
 #[async_trait]
 impl FindingStore for AwsBackend {
-    async fn append_finding(&self, f: &Finding, claim: Option<&IdempotencyClaim>) -> Result<Write<Finding>> {
+    async fn append_finding(
+        &self,
+        f: &Finding,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<Write<Finding>> {
         let room_key = HashMap::from([("room_id".to_owned(), s(f.room_id.to_string()))]);
         for attempt in 0..ATTEMPTS {
-            if let Some(rec) = self.replayed(f.room_id, claim).await? {
+            if let Some(rec) = self.replayed(f.room_id, idempotency).await? {
                 return Ok(Write::Replayed(rec));
             }
             let room = self
@@ -90,8 +94,8 @@ impl FindingStore for AwsBackend {
                     .build(),
                 put(&self.names.findings, finding_item(f, seq), Some("attribute_not_exists(finding_id)")),
             ];
-            if let Some(c) = claim {
-                items.push(self.claim_put(f.room_id, c));
+            if let Some(c) = idempotency {
+                items.push(self.key_put(f.room_id, c));
             }
             match self.transact(items, "TransactWriteItems (append finding)").await? {
                 Tx::Done => {
@@ -100,8 +104,8 @@ impl FindingStore for AwsBackend {
                     return Ok(Write::Applied(stored));
                 }
                 Tx::Cancelled(reasons) => {
-                    if claim.is_some() && check_failed(&reasons, 2) {
-                        return Ok(Write::Replayed(self.require_claim(f.room_id, claim).await?));
+                    if idempotency.is_some() && check_failed(&reasons, 2) {
+                        return Ok(Write::Replayed(self.require_key(f.room_id, idempotency).await?));
                     }
                     // Another writer took `seq` (or a transaction conflicted): read again.
                     backoff(attempt).await;
@@ -251,7 +255,12 @@ impl FindingStore for AwsBackend {
         })
     }
 
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
+    async fn keyword_search(
+        &self,
+        room_id: RoomId,
+        query: &str,
+        limit: usize,
+    ) -> Result<Option<KeywordSearch>> {
         let (seen, mut index) = {
             let cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
             cache.get(&room_id).cloned().unwrap_or_else(|| (0, Arc::new(KeywordIndex::new())))
@@ -271,7 +280,7 @@ impl FindingStore for AwsBackend {
             }
         }
         let query = query.to_owned();
-        tokio::task::spawn_blocking(move || index.search(&query, limit))
+        tokio::task::spawn_blocking(move || Some(index.search(&query, limit)))
             .await
             .map_err(|e| Error::backend("dynamodb", true, format!("keyword task failed: {e}"), None))
     }

@@ -17,6 +17,6 @@ impl Store for AwsBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().with_durable(true).with_shared_across_processes(true).with_keyword_search(true)
+        Capabilities::none().with_durable(true).with_shared_across_processes(true)
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Macp, Principal, check_replay, claim, fingerprint};
+use super::{Macp, Principal, check_replay, fingerprint, idempotency_key};
 use crate::blob::BlobStore;
 use crate::cursor;
 use crate::error::{Error, Result};
@@ -391,7 +391,8 @@ impl Macp {
                 limit: Some(cfg.max_bytes),
             });
         }
-        let key = format!("{}artifacts/{}/{}", room_prefix(req.room_id), ulid::Ulid::new(), req.filename);
+        let key =
+            format!("{}artifacts/{}/{}", room_prefix(req.room_id), ulid::Ulid::generate(), req.filename);
         let expires_at = self.now().plus_millis(cfg.upload_ttl.as_millis() as i64);
         let url = blobs.presign_put(&key, &content_type, req.size, expires_at).await?;
         self.touch(&session).await;
@@ -489,14 +490,14 @@ impl Macp {
             linked_entity_ids: aliases.resolve_all(&req.linked_entity_ids)?,
             idempotency_key: key.clone(),
         };
-        let claim = claim(
+        let keyed = idempotency_key(
             key.as_ref(),
             WriteOperation::RegisterArtifact,
             &print,
             artifact.artifact_id.to_string(),
             now,
         );
-        let (mut stored, replayed) = match store.insert_artifact(&artifact, claim.as_ref()).await? {
+        let (mut stored, replayed) = match store.insert_artifact(&artifact, keyed.as_ref()).await? {
             Write::Applied(a) => (a, false),
             Write::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::RegisterArtifact, &print)?;

@@ -132,23 +132,27 @@ impl Macp {
     pub async fn room_context(&self, _who: &Principal, room_id: RoomId) -> Result<RoomContext> {
         let caps = self.inner.caps.clone();
         let store = &self.inner.store;
-        let room = self.room(room_id).await?;
-        let aliases = self.aliases(room_id).await?;
-        let stats = store.finding_stats(room_id).await?;
-        let mut latest = store.list_findings(room_id, &FindingQuery::latest(caps.findings)).await?;
+        // Independent reads, at once: on a networked store (DynamoDB) each is a round trip.
+        let latest_query = FindingQuery::latest(caps.findings);
+        let (room, aliases, stats, mut latest, entity_stats, mut agents, artifact_count) = tokio::try_join!(
+            self.room(room_id),
+            self.aliases(room_id),
+            store.finding_stats(room_id),
+            store.list_findings(room_id, &latest_query),
+            store.entity_stats(room_id),
+            store.list_agents(room_id),
+            store.count_artifacts(room_id),
+        )?;
         resolve_refs(&aliases, &mut latest)?;
         latest.reverse();
         // Sequence numbers are gap-free from 1, so the newest finding read names the total
         // consistently with what is shown, even while others are posting.
         let newest_seq = latest.last().map_or(0, |f| f.seq);
         let total = newest_seq;
-        let entity_stats = store.entity_stats(room_id).await?;
         let top = self.top_entities(room_id, &aliases, caps.entities).await?;
-        let mut agents = store.list_agents(room_id).await?;
         let counts = AgentCounts::of(&agents);
         agents.sort_by(|a, b| b.last_active.cmp(&a.last_active).then(a.agent_id.cmp(&b.agent_id)));
         agents.truncate(caps.agents);
-        let artifact_count = store.count_artifacts(room_id).await?;
 
         let items: Vec<ContextFinding> =
             latest.iter().map(|f| preview(f, caps.content_preview_chars)).collect();

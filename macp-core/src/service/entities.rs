@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{Aliases, Macp, Principal, check_replay, claim, fingerprint};
+use super::{Aliases, Macp, Principal, check_replay, fingerprint, idempotency_key};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, RoomId};
 use crate::model::{Entity, EntityType, Evidence, Identifier, Relationship, identifier_union};
-use crate::store::{AttachEntity, CreateEntity, RelationshipKey, Write, WriteOperation};
+use crate::store::{AttachOutcome, CreateOutcome, RelationshipKey, Write, WriteOperation};
 use crate::validate;
 
 /// `add_entity`: create an entity, or attach to the one that already holds one of its
@@ -85,13 +85,13 @@ pub struct EntityOutcome {
     pub created: bool,
     /// True when this was a retry with the same idempotency key: nothing new was written.
     pub replayed: bool,
-    /// Requested identifiers that were already claimed (why it attached).
+    /// Requested identifiers another entity already held (why it attached).
     pub matched_identifiers: Vec<Identifier>,
     /// Other entities that also hold some of the requested identifiers: candidates for
     /// `merge_entities`.
     pub other_matches: Vec<EntityId>,
     /// Requested identifiers not added because another entity holds them.
-    pub identifiers_claimed_elsewhere: Vec<Identifier>,
+    pub identifiers_held_elsewhere: Vec<Identifier>,
 }
 
 /// `add_relationship`: assert an edge between two entities.
@@ -328,15 +328,15 @@ impl Macp {
                 created_at: now,
                 merged_into: None,
             };
-            let claim = claim(
+            let keyed = idempotency_key(
                 key.as_ref(),
                 WriteOperation::AddEntity,
                 &print,
                 format!("created:{}", entity.entity_id),
                 now,
             );
-            match store.create_entity(&entity, claim.as_ref()).await? {
-                CreateEntity::Created(e) => {
+            match store.create_entity(&entity, keyed.as_ref()).await? {
+                CreateOutcome::Created(e) => {
                     self.touch(&session).await;
                     return Ok(EntityOutcome {
                         entity: e,
@@ -344,15 +344,15 @@ impl Macp {
                         replayed: false,
                         matched_identifiers: Vec::new(),
                         other_matches: Vec::new(),
-                        identifiers_claimed_elsewhere: Vec::new(),
+                        identifiers_held_elsewhere: Vec::new(),
                     });
                 }
-                CreateEntity::Replayed(rec) => {
+                CreateOutcome::Replayed(rec) => {
                     check_replay(&rec, WriteOperation::AddEntity, &print)?;
                     return self.replay_entity(req.room_id, &rec.result_id).await;
                 }
                 // Lost a race with a concurrent create: attach to the winner below.
-                CreateEntity::IdentifiersTaken(t) => taken = t,
+                CreateOutcome::IdentifiersTaken(t) => taken = t,
             }
         }
 
@@ -387,15 +387,21 @@ impl Macp {
         after.add_missing_properties(&req.properties);
         validate::properties(&after.properties, l)?;
 
-        let claim = claim(key.as_ref(), WriteOperation::AddEntity, &print, format!("attached:{target}"), now);
+        let keyed = idempotency_key(
+            key.as_ref(),
+            WriteOperation::AddEntity,
+            &print,
+            format!("attached:{target}"),
+            now,
+        );
         match store
-            .attach_to_entity(req.room_id, target, &identifiers, &req.properties, claim.as_ref())
+            .attach_to_entity(req.room_id, target, &identifiers, &req.properties, keyed.as_ref())
             .await?
         {
-            AttachEntity::Attached { entity, claimed_elsewhere } => {
+            AttachOutcome::Attached { entity, held_elsewhere } => {
                 self.touch(&session).await;
                 let matched: Vec<Identifier> = taken.iter().map(|(i, _)| i.clone()).collect();
-                let elsewhere = claimed_elsewhere
+                let elsewhere = held_elsewhere
                     .into_iter()
                     .filter(|(_, holder)| aliases.resolve(*holder).ok() != Some(target))
                     .map(|(i, _)| i)
@@ -406,10 +412,10 @@ impl Macp {
                     replayed: false,
                     matched_identifiers: matched,
                     other_matches: holders[1..].to_vec(),
-                    identifiers_claimed_elsewhere: elsewhere,
+                    identifiers_held_elsewhere: elsewhere,
                 })
             }
-            AttachEntity::Replayed(rec) => {
+            AttachOutcome::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::AddEntity, &print)?;
                 self.replay_entity(req.room_id, &rec.result_id).await
             }
@@ -438,7 +444,7 @@ impl Macp {
             replayed: true,
             matched_identifiers: Vec::new(),
             other_matches: Vec::new(),
-            identifiers_claimed_elsewhere: Vec::new(),
+            identifiers_held_elsewhere: Vec::new(),
         })
     }
 
@@ -532,8 +538,9 @@ impl Macp {
                 });
             }
         }
-        let claim = claim(key.as_ref(), WriteOperation::AddRelationship, &print, rkey.encode(), now);
-        let (stored, created, replayed) = match store.put_relationship(&rel, claim.as_ref()).await? {
+        let keyed =
+            idempotency_key(key.as_ref(), WriteOperation::AddRelationship, &print, rkey.encode(), now);
+        let (stored, created, replayed) = match store.put_relationship(&rel, keyed.as_ref()).await? {
             Write::Applied((r, created)) => (r, created, false),
             Write::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::AddRelationship, &print)?;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Aliases, Macp, Principal, check_replay, claim, digest, fingerprint};
+use super::{Aliases, Macp, Principal, check_replay, digest, fingerprint, idempotency_key};
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
@@ -273,21 +273,26 @@ impl Macp {
             idempotency_key: key.clone(),
             created_at: now,
         };
-        let claim =
-            claim(key.as_ref(), WriteOperation::PostFinding, &print, finding.finding_id.to_string(), now);
+        let keyed = idempotency_key(
+            key.as_ref(),
+            WriteOperation::PostFinding,
+            &print,
+            finding.finding_id.to_string(),
+            now,
+        );
         // Where the index is the store itself, the vector is written with the post, which is
         // then never pending; otherwise (or if the store declines) the post is committed pending
         // and indexed after (see `service::search`).
         let with_vector = match self.vector_for_post(&finding).await {
             Some(v) => {
                 let indexed = Finding { index_status: IndexStatus::Indexed, ..finding.clone() };
-                self.inner.store.append_finding_with_vector(&indexed, claim.as_ref(), &v).await?
+                self.inner.store.append_finding_with_vector(&indexed, keyed.as_ref(), &v).await?
             }
             None => None,
         };
         let (outcome, indexed) = match with_vector {
             Some(w) => (w, true),
-            None => (self.inner.store.append_finding(&finding, claim.as_ref()).await?, false),
+            None => (self.inner.store.append_finding(&finding, keyed.as_ref()).await?, false),
         };
         let (stored, replayed) = match outcome {
             Write::Applied(mut f) => {

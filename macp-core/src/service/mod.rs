@@ -56,7 +56,7 @@ use crate::ids::{AgentId, EntityId, RoomId, Timestamp, UserId};
 use crate::limits::{ContextCaps, Limits};
 use crate::model::{AgentSession, Room, RoomStatus};
 use crate::search::{Embedder, VectorIndex};
-use crate::store::{IdempotencyClaim, IdempotencyRecord, Store, WriteOperation};
+use crate::store::{IdempotencyKey, IdempotencyRecord, Store, WriteOperation};
 
 /// How stale an agent's `last_active` may get before a write refreshes it.
 pub const LAST_ACTIVE_RESOLUTION_MS: i64 = 1000;
@@ -244,11 +244,6 @@ impl Macp {
         MacpBuilder::new()
     }
 
-    /// The backend.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
-    }
-
     /// The input limits in force.
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
@@ -402,15 +397,15 @@ pub(crate) fn digest<T: Serialize>(tag: &str, payload: &T) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Builds the idempotency claim for a write, if the request carries a key.
-pub(crate) fn claim(
+/// The idempotency key of a write, bound to its operation and payload, if the request carries one.
+pub(crate) fn idempotency_key(
     key: Option<&String>,
     operation: WriteOperation,
     fingerprint: &str,
     result_id: String,
     at: Timestamp,
-) -> Option<IdempotencyClaim> {
-    key.map(|k| IdempotencyClaim {
+) -> Option<IdempotencyKey> {
+    key.map(|k| IdempotencyKey {
         key: k.clone(),
         operation,
         fingerprint: fingerprint.to_owned(),

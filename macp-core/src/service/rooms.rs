@@ -373,12 +373,15 @@ impl Macp {
 
     /// Aggregated status of a room: agents by declared status, counts, latest activity.
     pub async fn room_summary(&self, _who: &Principal, room_id: RoomId) -> Result<RoomSummary> {
-        let room = self.room(room_id).await?;
         let store = &self.inner.store;
-        let agents = store.list_agents(room_id).await?;
-        let findings = store.finding_stats(room_id).await?;
-        let entities = store.entity_stats(room_id).await?;
-        let artifact_count = store.count_artifacts(room_id).await?;
+        // Independent reads, at once (each is a round trip on a networked store).
+        let (room, agents, findings, entities, artifact_count) = tokio::try_join!(
+            self.room(room_id),
+            store.list_agents(room_id),
+            store.finding_stats(room_id),
+            store.entity_stats(room_id),
+            store.count_artifacts(room_id),
+        )?;
         let latest_activity = [Some(room.created_at), room.closed_at, findings.last_created_at]
             .into_iter()
             .flatten()

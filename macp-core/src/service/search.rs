@@ -80,8 +80,8 @@ impl Search {
         IndexModel { model_id: self.embedder.model_id().to_owned(), dimension: self.embedder.dimension() }
     }
 
-    /// Claims findings for indexing; returns those not already in flight.
-    fn claim(&self, ids: impl IntoIterator<Item = FindingId>) -> Vec<FindingId> {
+    /// Reserves findings for indexing; returns those not already in flight.
+    fn reserve(&self, ids: impl IntoIterator<Item = FindingId>) -> Vec<FindingId> {
         let mut set = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         ids.into_iter().filter(|id| set.insert(*id)).collect()
     }
@@ -216,8 +216,8 @@ impl Macp {
     async fn index_findings(&self, findings: &[Finding]) -> Result<Vec<FindingId>> {
         let Some(s) = self.search_parts() else { return Ok(Vec::new()) };
         self.verify_index().await?;
-        let claimed = s.claim(findings.iter().map(|f| f.finding_id));
-        let batch: Vec<&Finding> = findings.iter().filter(|f| claimed.contains(&f.finding_id)).collect();
+        let reserved = s.reserve(findings.iter().map(|f| f.finding_id));
+        let batch: Vec<&Finding> = findings.iter().filter(|f| reserved.contains(&f.finding_id)).collect();
         let result = async {
             if batch.is_empty() {
                 return Ok(Vec::new());
@@ -252,7 +252,7 @@ impl Macp {
             Ok(done)
         }
         .await;
-        s.release(&claimed);
+        s.release(&reserved);
         result
     }
 
@@ -402,13 +402,10 @@ impl Macp {
             // A failing embedder degrades search to keywords rather than failing it.
             vector = v.ok();
         }
-        let keyword = if self.inner.store.capabilities().keyword_search {
-            // Filters apply after hydration, so widen the keyword pool when filtering.
-            let k = if filtered { cfg.candidates * 4 } else { cfg.candidates };
-            self.inner.store.keyword_search(q.room_id, &query, k).await?
-        } else {
-            Default::default()
-        };
+        // Filters apply after hydration, so widen the keyword pool when filtering. A store
+        // without keyword search answers None: meaning alone then.
+        let k = if filtered { cfg.candidates * 4 } else { cfg.candidates };
+        let keyword = self.inner.store.keyword_search(q.room_id, &query, k).await?.unwrap_or_default();
         let mut cosines: Vec<(FindingId, f32)> = Vec::new();
         if let (Some(s), Some(v)) = (self.search_parts(), &vector) {
             cosines = s

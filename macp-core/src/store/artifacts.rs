@@ -25,12 +25,12 @@ pub struct ArtifactQuery {
 pub trait ArtifactStore: Send + Sync {
     /// Stores artifact metadata.
     ///
-    /// Contract: atomic with the idempotency claim. `already_exists` if an artifact with the
-    /// same `key` is registered in the room (and no claim replays).
+    /// Contract: atomic with the idempotency idempotency. `already_exists` if an artifact with the
+    /// same `key` is registered in the room (and no idempotency replays).
     async fn insert_artifact(
         &self,
         artifact: &Artifact,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Artifact>>;
 
     /// Fetches artifacts by id (any order; unknown ids omitted).

@@ -1,4 +1,4 @@
-//! Entities, identifier claims and relationships.
+//! Entities, the identifiers they hold, and relationships.
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -10,28 +10,28 @@ use crate::model::{Entity, Identifier, Relationship};
 
 /// The outcome of [`EntityStore::create_entity`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum CreateEntity {
-    /// The entity and all its identifier claims were written.
+pub enum CreateOutcome {
+    /// The entity was written, holding all its identifiers.
     Created(Entity),
-    /// At least one identifier is claimed already: nothing was written. Lists every requested
-    /// identifier that is claimed, with the entity id holding the claim (which may have been
+    /// At least one identifier is held already: nothing was written. Lists every requested
+    /// identifier that is held, with the entity id holding it (which may have been
     /// merged away since).
     IdentifiersTaken(Vec<(Identifier, EntityId)>),
-    /// The idempotency key was already claimed: nothing was written.
+    /// The idempotency key was already used: nothing was written.
     Replayed(IdempotencyRecord),
 }
 
 /// The outcome of [`EntityStore::attach_to_entity`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum AttachEntity {
+pub enum AttachOutcome {
     /// The entity after the attach.
     Attached {
-        /// The entity, with the newly claimed identifiers added.
+        /// The entity, with the identifiers it newly holds added.
         entity: Entity,
-        /// Requested identifiers that were claimed by another entity and so not added.
-        claimed_elsewhere: Vec<(Identifier, EntityId)>,
+        /// Requested identifiers that another entity holds, and so not added.
+        held_elsewhere: Vec<(Identifier, EntityId)>,
     },
-    /// The idempotency key was already claimed: nothing was written.
+    /// The idempotency key was already used: nothing was written.
     Replayed(IdempotencyRecord),
 }
 
@@ -46,32 +46,37 @@ pub struct EntityStats {
     pub relationships: u64,
 }
 
-/// Entities, identifier claims and relationships.
+/// Entities, the identifiers they hold, and relationships.
 #[async_trait]
 pub trait EntityStore: Send + Sync {
-    /// Creates an entity and claims each of its identifiers for it.
+    /// Creates an entity holding each of its identifiers (an identifier is held by one entity
+    /// of a room at most).
     ///
-    /// Contract: atomic. If any identifier is already claimed in the room, nothing is written
-    /// and every taken identifier is reported ([`CreateEntity::IdentifiersTaken`]). Of several
-    /// concurrent creates sharing an identifier, exactly one succeeds. The idempotency claim,
+    /// Contract: atomic. If any identifier is already held in the room, nothing is written
+    /// and every taken identifier is reported ([`CreateOutcome::IdentifiersTaken`]). Of several
+    /// concurrent creates sharing an identifier, exactly one succeeds. The idempotency idempotency,
     /// if any, is part of the same atomic write.
-    async fn create_entity(&self, entity: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity>;
+    async fn create_entity(
+        &self,
+        entity: &Entity,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<CreateOutcome>;
 
     /// Adds identifiers and properties to an existing entity.
     ///
-    /// Contract: atomic. Each identifier not yet claimed in the room is claimed for
+    /// Contract: atomic. Each identifier not yet held in the room becomes held by
     /// `entity_id` and added to its `identifiers` (kept sorted by `(type, value)`, without
-    /// duplicates); identifiers claimed by another entity are reported and not added. Each
+    /// duplicates); identifiers another entity holds are reported and not added. Each
     /// property key absent from the entity is added; existing keys are kept. The idempotency
-    /// claim, if any, is part of the same atomic write. `not_found` if the entity is absent.
+    /// idempotency, if any, is part of the same atomic write. `not_found` if the entity is absent.
     async fn attach_to_entity(
         &self,
         room_id: RoomId,
         entity_id: EntityId,
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
-        claim: Option<&IdempotencyClaim>,
-    ) -> Result<AttachEntity>;
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<AttachOutcome>;
 
     /// Fetches entities by id, merged or not (any order; unknown ids omitted).
     async fn get_entities(&self, room_id: RoomId, ids: &[EntityId]) -> Result<Vec<Entity>>;
@@ -88,7 +93,7 @@ pub trait EntityStore: Send + Sync {
     /// Every `(entity_id, merged_into)` pair of the room: the alias map.
     async fn entity_aliases(&self, room_id: RoomId) -> Result<Vec<(EntityId, EntityId)>>;
 
-    /// Which of `identifiers` are claimed, and by which entity.
+    /// Which of `identifiers` are held, and by which entity.
     async fn find_identifiers(
         &self,
         room_id: RoomId,
@@ -100,7 +105,7 @@ pub trait EntityStore: Send + Sync {
     ///
     /// Contract: atomic and conditional on both entities existing and neither being merged
     /// already; otherwise nothing is written and the result is `conflict` (or `not_found` if
-    /// one is absent). Identifier claims are left pointing where they are: readers resolve
+    /// one is absent). Identifiers stay held where they are: readers resolve
     /// them through `merged_into`.
     async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity>;
 
@@ -108,12 +113,12 @@ pub trait EntityStore: Send + Sync {
     ///
     /// Contract: atomic. If no edge with that key exists, `rel` is stored as given. If one
     /// exists, each evidence item of `rel` not already present (by equality) is appended, and
-    /// its description is set if it had none; the rest is kept. The idempotency claim, if any,
+    /// its description is set if it had none; the rest is kept. The idempotency idempotency, if any,
     /// is part of the same write. Returns the stored edge and whether it was created.
     async fn put_relationship(
         &self,
         rel: &Relationship,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<(Relationship, bool)>>;
 
     /// Fetches one relationship by key, or `None`.

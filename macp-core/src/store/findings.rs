@@ -102,13 +102,13 @@ pub trait FindingStore: Send + Sync {
     /// Contract: atomic. The store assigns `seq` = the room's previous highest `seq` + 1, so
     /// sequence numbers are gap-free and follow *commit* order: once a reader can see the
     /// finding with `seq = n`, it can see every finding with `seq < n`. This is what makes the
-    /// updates cursor safe (see [`crate::cursor`]). The idempotency claim, if any, is recorded
+    /// updates cursor safe (see [`crate::cursor`]). The idempotency idempotency, if any, is recorded
     /// in the same atomic write; if the key is taken, nothing is written and
     /// [`Write::Replayed`] is returned. Returns the stored finding with its `seq`.
     async fn append_finding(
         &self,
         finding: &Finding,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Finding>>;
 
     /// Appends a finding and its vector in one atomic write: [`append_finding`]'s contract, and
@@ -126,10 +126,10 @@ pub trait FindingStore: Send + Sync {
     async fn append_finding_with_vector(
         &self,
         finding: &Finding,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
         vector: &VectorRecord,
     ) -> Result<Option<Write<Finding>>> {
-        let _ = (finding, claim, vector);
+        let _ = (finding, idempotency, vector);
         Ok(None)
     }
 
@@ -162,7 +162,18 @@ pub trait FindingStore: Send + Sync {
     /// of the query's terms ([`crate::search::keyword_terms`]), best first by Okapi BM25
     /// (k1 = 1.2, b = 0.75, idf as [`crate::search::bm25_idf`]), at most `limit`. Document
     /// statistics (row count, average length, document frequencies) may be per store rather than
-    /// per room, but `ideal` must use the same ones. Only called when
-    /// [`Capabilities::keyword_search`] is declared.
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch>;
+    /// per room, but `ideal` must use the same ones.
+    ///
+    /// Optional: the default answers `None` (the store has no keyword search), and the service
+    /// then searches by meaning alone. [`crate::search::keyword::KeywordIndex`] does the work
+    /// for a store that can list a room's findings.
+    async fn keyword_search(
+        &self,
+        room_id: RoomId,
+        query: &str,
+        limit: usize,
+    ) -> Result<Option<KeywordSearch>> {
+        let _ = (room_id, query, limit);
+        Ok(None)
+    }
 }

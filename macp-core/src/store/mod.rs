@@ -12,11 +12,11 @@
 //! - Every method is scoped to one room; nothing may leak across rooms.
 //! - "Atomic" means all-or-nothing and isolated: a concurrent reader sees all of the write or
 //!   none of it, and two concurrent atomic writes behave as if run one after the other.
-//! - An acknowledged write is durable to the degree [`Capabilities::durable`] claims.
+//! - An acknowledged write is durable to the degree [`Capabilities::durable`] says.
 //! - Transient failures (busy, throttled, 5xx) are `Error::Backend { retryable: true, .. }`;
 //!   the store must not have applied a partial write when it returns one.
-//! - Idempotency claims ([`IdempotencyClaim`]) are unique per `(room_id, key)` across all
-//!   write operations. A write that carries a claim either applies *and* records the claim
+//! - Idempotency keys ([`IdempotencyKey`]) are unique per `(room_id, key)` across all
+//!   write operations. A write that carries a idempotency either applies *and* records the idempotency
 //!   atomically, or applies nothing and returns [`Write::Replayed`] with the record that holds
 //!   the key. The store does not compare fingerprints; the service does.
 
@@ -36,23 +36,23 @@ use std::fmt::Debug;
 
 use crate::ids::Timestamp;
 
-/// What a backend supports. Conformance cases for optional behaviour run only where declared.
+/// What a backend guarantees beyond the contract every store meets. The conformance suite
+/// checks what a backend declares (see `macp-testkit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Capabilities {
     /// Acknowledged writes survive the process being killed and the store being reopened.
     pub durable: bool,
     /// Several processes (or hosts) may serve the same store at once with every guarantee
-    /// intact.
+    /// intact. A server on a store without it must be the data's only writer (`macp serve`
+    /// locks a local data directory for that reason).
     pub shared_across_processes: bool,
-    /// [`FindingStore::keyword_search`] is implemented.
-    pub keyword_search: bool,
 }
 
 impl Capabilities {
     /// Everything off.
     pub const fn none() -> Self {
-        Self { durable: false, shared_across_processes: false, keyword_search: false }
+        Self { durable: false, shared_across_processes: false }
     }
 
     /// With [`Capabilities::durable`] set.
@@ -64,12 +64,6 @@ impl Capabilities {
     /// With [`Capabilities::shared_across_processes`] set.
     pub const fn with_shared_across_processes(mut self, v: bool) -> Self {
         self.shared_across_processes = v;
-        self
-    }
-
-    /// With [`Capabilities::keyword_search`] set.
-    pub const fn with_keyword_search(mut self, v: bool) -> Self {
-        self.keyword_search = v;
         self
     }
 }
@@ -111,9 +105,9 @@ impl WriteOperation {
     }
 }
 
-/// A key a write wants to claim, so that a retry with the same key writes nothing new.
+/// A key a write wants to idempotency, so that a retry with the same key writes nothing new.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyClaim {
+pub struct IdempotencyKey {
     /// The client's key.
     pub key: String,
     /// The operation it is used for.
@@ -122,11 +116,11 @@ pub struct IdempotencyClaim {
     pub fingerprint: String,
     /// The id of what this write produces (stored as the record's `result_id`).
     pub result_id: String,
-    /// When the claim is made.
+    /// When the idempotency is made.
     pub created_at: Timestamp,
 }
 
-/// A stored idempotency claim.
+/// A stored idempotency idempotency.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyRecord {
     /// The client's key.
@@ -141,8 +135,8 @@ pub struct IdempotencyRecord {
     pub created_at: Timestamp,
 }
 
-impl IdempotencyClaim {
-    /// The record this claim becomes once stored.
+impl IdempotencyKey {
+    /// The record this idempotency becomes once stored.
     pub fn to_record(&self) -> IdempotencyRecord {
         IdempotencyRecord {
             key: self.key.clone(),
@@ -154,12 +148,12 @@ impl IdempotencyClaim {
     }
 }
 
-/// The outcome of a write that may carry an idempotency claim.
+/// The outcome of a write that may carry an idempotency idempotency.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write<T> {
-    /// The write was applied (and the claim, if any, recorded with it).
+    /// The write was applied (and the idempotency, if any, recorded with it).
     Applied(T),
-    /// The key was already claimed: nothing was written.
+    /// The key was already used: nothing was written.
     Replayed(IdempotencyRecord),
 }
 

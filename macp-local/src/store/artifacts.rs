@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use macp_core::model::Artifact;
-use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyClaim, Write};
+use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{AgentId, ArtifactId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Row, params};
@@ -35,12 +35,12 @@ impl ArtifactStore for SqliteStore {
     async fn insert_artifact(
         &self,
         a: &Artifact,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<Artifact>> {
-        let (a, claim) = (a.clone(), claim.cloned());
+        let (a, idempotency) = (a.clone(), idempotency.cloned());
         self.write(Sync::Durable, move |tx, _| {
             let room = a.room_id.to_string();
-            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
                 return Ok(Write::Replayed(rec));
             }
             exec(
@@ -70,7 +70,7 @@ impl ArtifactStore for SqliteStore {
                     sql_err(e)
                 }
             })?;
-            record_claim(tx, &room, claim.as_ref())?;
+            record_key(tx, &room, idempotency.as_ref())?;
             Ok(Write::Applied(a))
         })
         .await

@@ -1,9 +1,9 @@
-//! Entities, identifier claims and relationships.
+//! Entities, the identifiers they hold, and relationships.
 
 use async_trait::async_trait;
 use macp_core::model::{Entity, EntityType, Identifier, Relationship};
 use macp_core::store::{
-    AttachEntity, CreateEntity, EntityStats, EntityStore, IdempotencyClaim, RelationshipKey, Write,
+    AttachOutcome, CreateOutcome, EntityStats, EntityStore, IdempotencyKey, RelationshipKey, Write,
 };
 use macp_core::{AgentId, EntityId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
@@ -49,11 +49,11 @@ fn rel_from_row(r: &Row<'_>) -> Result<Relationship> {
     })
 }
 
-fn claims_of(tx: &Connection, room: &str, ids: &[Identifier]) -> Result<Vec<(Identifier, EntityId)>> {
+fn holders_of(tx: &Connection, room: &str, ids: &[Identifier]) -> Result<Vec<(Identifier, EntityId)>> {
     let mut out = Vec::new();
     let mut stmt = tx
         .prepare_cached(
-            "SELECT entity_id FROM identifier_claims WHERE room_id = ? AND id_type = ? AND id_value = ?",
+            "SELECT entity_id FROM identifier_holders WHERE room_id = ? AND id_type = ? AND id_value = ?",
         )
         .map_err(sql_err)?;
     for i in ids {
@@ -73,16 +73,16 @@ fn entity_in(tx: &Connection, room: &str, id: EntityId) -> Result<Option<Entity>
 
 #[async_trait]
 impl EntityStore for SqliteStore {
-    async fn create_entity(&self, e: &Entity, claim: Option<&IdempotencyClaim>) -> Result<CreateEntity> {
-        let (e, claim) = (e.clone(), claim.cloned());
+    async fn create_entity(&self, e: &Entity, idempotency: Option<&IdempotencyKey>) -> Result<CreateOutcome> {
+        let (e, idempotency) = (e.clone(), idempotency.cloned());
         self.write(Sync::Durable, move |tx, _| {
             let room = e.room_id.to_string();
-            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
-                return Ok(CreateEntity::Replayed(rec));
+            if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
+                return Ok(CreateOutcome::Replayed(rec));
             }
-            let taken = claims_of(tx, &room, &e.identifiers)?;
+            let taken = holders_of(tx, &room, &e.identifiers)?;
             if !taken.is_empty() {
-                return Ok(CreateEntity::IdentifiersTaken(taken));
+                return Ok(CreateOutcome::IdentifiersTaken(taken));
             }
             exec(tx,
                 &format!("INSERT INTO entities ({ENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
@@ -102,13 +102,13 @@ impl EntityStore for SqliteStore {
             .map_err(sql_err)?;
             for i in &e.identifiers {
                 exec(tx,
-                    "INSERT INTO identifier_claims (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
+                    "INSERT INTO identifier_holders (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
                     params![room, i.id_type, i.value, e.entity_id.to_string()],
                 )
                 .map_err(sql_err)?;
             }
-            record_claim(tx, &room, claim.as_ref())?;
-            Ok(CreateEntity::Created(e))
+            record_key(tx, &room, idempotency.as_ref())?;
+            Ok(CreateOutcome::Created(e))
         })
         .await
     }
@@ -119,25 +119,26 @@ impl EntityStore for SqliteStore {
         entity_id: EntityId,
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
-        claim: Option<&IdempotencyClaim>,
-    ) -> Result<AttachEntity> {
-        let (identifiers, properties, claim) = (identifiers.to_vec(), properties.clone(), claim.cloned());
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<AttachOutcome> {
+        let (identifiers, properties, idempotency) =
+            (identifiers.to_vec(), properties.clone(), idempotency.cloned());
         self.write(Sync::Durable, move |tx, _| {
             let room = room_id.to_string();
-            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
-                return Ok(AttachEntity::Replayed(rec));
+            if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
+                return Ok(AttachOutcome::Replayed(rec));
             }
             let mut entity = entity_in(tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
-            let taken = claims_of(tx, &room, &identifiers)?;
-            let mut claimed_elsewhere = Vec::new();
+            let taken = holders_of(tx, &room, &identifiers)?;
+            let mut held_elsewhere = Vec::new();
             let mut added = Vec::new();
             for i in &identifiers {
                 match taken.iter().find(|(t, _)| t == i) {
-                    Some((_, holder)) if *holder != entity_id => claimed_elsewhere.push((i.clone(), *holder)),
+                    Some((_, holder)) if *holder != entity_id => held_elsewhere.push((i.clone(), *holder)),
                     Some(_) => {}
                     None => {
                         exec(tx,
-                            "INSERT INTO identifier_claims (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
+                            "INSERT INTO identifier_holders (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
                             params![room, i.id_type, i.value, entity_id.to_string()],
                         )
                         .map_err(sql_err)?;
@@ -152,8 +153,8 @@ impl EntityStore for SqliteStore {
                 params![to_json(&entity.identifiers), to_json(&entity.properties), room, entity_id.to_string()],
             )
             .map_err(sql_err)?;
-            record_claim(tx, &room, claim.as_ref())?;
-            Ok(AttachEntity::Attached { entity, claimed_elsewhere })
+            record_key(tx, &room, idempotency.as_ref())?;
+            Ok(AttachOutcome::Attached { entity, held_elsewhere })
         })
         .await
     }
@@ -214,7 +215,7 @@ impl EntityStore for SqliteStore {
         identifiers: &[Identifier],
     ) -> Result<Vec<(Identifier, EntityId)>> {
         let identifiers = identifiers.to_vec();
-        self.read_small(move |c| claims_of(c, &room_id.to_string(), &identifiers)).await
+        self.read_small(move |c| holders_of(c, &room_id.to_string(), &identifiers)).await
     }
 
     async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
@@ -246,12 +247,12 @@ impl EntityStore for SqliteStore {
     async fn put_relationship(
         &self,
         rel: &Relationship,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
     ) -> Result<Write<(Relationship, bool)>> {
-        let (rel, claim) = (rel.clone(), claim.cloned());
+        let (rel, idempotency) = (rel.clone(), idempotency.cloned());
         self.write(Sync::Durable, move |tx, _| {
             let room = rel.room_id.to_string();
-            if let Some(rec) = existing_claim(tx, &room, claim.as_ref())? {
+            if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
                 return Ok(Write::Replayed(rec));
             }
             let key = [
@@ -300,7 +301,7 @@ impl EntityStore for SqliteStore {
                     (rel, true)
                 }
             };
-            record_claim(tx, &room, claim.as_ref())?;
+            record_key(tx, &room, idempotency.as_ref())?;
             Ok(Write::Applied(out))
         })
         .await

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use macp_core::model::{Finding, IndexStatus};
 use macp_core::search::VectorRecord;
 use macp_core::search::keyword::KeywordIndex;
-use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyClaim, KeywordSearch, Write};
+use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
 use macp_core::{AgentId, Error, FindingId, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -39,20 +39,24 @@ fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
 
 #[async_trait]
 impl FindingStore for SqliteStore {
-    async fn append_finding(&self, f: &Finding, claim: Option<&IdempotencyClaim>) -> Result<Write<Finding>> {
-        let (f, claim) = (f.clone(), claim.cloned());
-        self.write(Sync::Durable, move |tx, fx| append(tx, f, claim.as_ref(), fx)).await
+    async fn append_finding(
+        &self,
+        f: &Finding,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<Write<Finding>> {
+        let (f, idempotency) = (f.clone(), idempotency.cloned());
+        self.write(Sync::Durable, move |tx, fx| append(tx, f, idempotency.as_ref(), fx)).await
     }
 
     async fn append_finding_with_vector(
         &self,
         f: &Finding,
-        claim: Option<&IdempotencyClaim>,
+        idempotency: Option<&IdempotencyKey>,
         vector: &VectorRecord,
     ) -> Result<Option<Write<Finding>>> {
-        let (f, claim, vector) = (f.clone(), claim.cloned(), vector.clone());
+        let (f, idempotency, vector) = (f.clone(), idempotency.cloned(), vector.clone());
         self.write(Sync::Durable, move |tx, fx| {
-            let out = append(tx, f, claim.as_ref(), fx)?;
+            let out = append(tx, f, idempotency.as_ref(), fx)?;
             if let Write::Applied(_) = out {
                 put_vectors(tx, vec![vector], fx)?;
             }
@@ -205,14 +209,19 @@ impl FindingStore for SqliteStore {
         .await
     }
 
-    async fn keyword_search(&self, room_id: RoomId, query: &str, limit: usize) -> Result<KeywordSearch> {
+    async fn keyword_search(
+        &self,
+        room_id: RoomId,
+        query: &str,
+        limit: usize,
+    ) -> Result<Option<KeywordSearch>> {
         let index = self.room_keywords(room_id).await?;
         // A small room is scored at once; a large one off the async workers.
         if index.index.len() < 20_000 {
-            return Ok(index.index.search(query, limit));
+            return Ok(Some(index.index.search(query, limit)));
         }
         let query = query.to_owned();
-        tokio::task::spawn_blocking(move || index.index.search(&query, limit))
+        tokio::task::spawn_blocking(move || Some(index.index.search(&query, limit)))
             .await
             .map_err(|e| Error::backend("sqlite", true, format!("keyword task failed: {e}"), None))
     }
@@ -222,11 +231,11 @@ impl FindingStore for SqliteStore {
 fn append(
     tx: &Connection,
     f: Finding,
-    claim: Option<&IdempotencyClaim>,
+    idempotency: Option<&IdempotencyKey>,
     fx: &mut Effects,
 ) -> Result<Write<Finding>> {
     let room = f.room_id.to_string();
-    if let Some(rec) = existing_claim(tx, &room, claim)? {
+    if let Some(rec) = existing_key(tx, &room, idempotency)? {
         return Ok(Write::Replayed(rec));
     }
     // The sequence is bumped inside the write transaction, so seq order is commit order.
@@ -268,7 +277,7 @@ fn append(
         .and_then(|mut st| st.execute(params![room, t]))
         .map_err(sql_err)?;
     }
-    record_claim(tx, &room, claim)?;
+    record_key(tx, &room, idempotency)?;
     let mut stored = f;
     stored.seq = seq as u64;
     let added = (stored.seq, stored.finding_id, stored.content.clone());

@@ -22,7 +22,7 @@ impl Store for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         // One writer connection orders commits within this process; another process opening
         // the same file would serialise through SQLite's locks too, but the reader pool and
-        // blocking-task model are tuned for one serving process, so we do not claim it.
-        Capabilities::none().with_durable(true).with_keyword_search(true)
+        // blocking-task model are tuned for one serving process, so we do not declare it.
+        Capabilities::none().with_durable(true)
     }
 }

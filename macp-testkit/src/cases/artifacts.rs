@@ -36,7 +36,7 @@ fn register(f: &Fixture, key: &str) -> RegisterArtifact {
 /// another lists the room's artifacts and downloads the same bytes.
 pub async fn artifacts_round_trip_through_presigned_urls(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    let Some(t) = f.transfer.clone() else { return eprintln!("skipped: no artifact store") };
+    let t = f.transfer.clone().expect("the backend declares blobs but gave no artifact storage");
     let finding = f.post("checkout pods restarted 14 times; log attached", &["evidence"]).await;
     let body: Vec<u8> = (0..70_000u32).flat_map(|i| format!("{i} pod restart\n").into_bytes()).collect();
     let ticket = f
@@ -100,7 +100,7 @@ pub async fn artifacts_round_trip_through_presigned_urls(backend: Backend) {
 /// meanwhile) never enters the record.
 pub async fn registration_refuses_an_object_outside_the_limits(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    let Some(t) = f.transfer.clone() else { return eprintln!("skipped: no artifact store") };
+    let t = f.transfer.clone().expect("the backend declares blobs but gave no artifact storage");
     let body = vec![b'a'; 4096];
     let ticket =
         f.macp.request_artifact_upload(&f.alice, request(&f, "big.log", "text/plain", 4096)).await.unwrap();
@@ -129,9 +129,6 @@ pub async fn registration_refuses_an_object_outside_the_limits(backend: Backend)
 /// Registering a key that was requested but never uploaded is `not_found`, and writes nothing.
 pub async fn registering_a_key_never_uploaded_is_not_found(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    if f.transfer.is_none() {
-        return eprintln!("skipped: no artifact store");
-    }
     let ticket =
         f.macp.request_artifact_upload(&f.alice, request(&f, "later.log", "text/plain", 5)).await.unwrap();
     let e = expect_code(f.macp.register_artifact(&f.alice, register(&f, &ticket.key)).await, "not_found");
@@ -140,12 +137,14 @@ pub async fn registering_a_key_never_uploaded_is_not_found(backend: Backend) {
 }
 
 /// An upload URL accepts only its size, its content type, its signature and its time; refused
-/// uploads store nothing. (Stores that do not enforce presigned bounds skip this case.)
+/// uploads store nothing. (For stores that enforce presigned bounds: feature `bounded_urls`.)
 pub async fn upload_urls_accept_only_their_key_type_size_and_time(backend: Backend) {
-    let Some((blobs, t)) = backend.blobs.clone() else { return eprintln!("skipped: no artifact store") };
-    if !blobs.enforces_presigned_bounds() {
-        return eprintln!("skipped: {} does not enforce presigned bounds", blobs.name());
-    }
+    let (blobs, t) = backend.blobs.clone().expect("the backend declares blobs but gave no artifact storage");
+    assert!(
+        blobs.enforces_presigned_bounds(),
+        "the backend declares bounded_urls; {} must enforce them",
+        blobs.name()
+    );
     let f = Fixture::new(&backend).await;
     let ticket = f
         .macp
@@ -184,9 +183,6 @@ pub async fn upload_urls_accept_only_their_key_type_size_and_time(backend: Backe
 /// that is a path are refused with `invalid_input`.
 pub async fn upload_requests_refuse_limits_and_path_like_names(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    if f.transfer.is_none() {
-        return eprintln!("skipped: no artifact store");
-    }
     let max = f.macp.artifact_config().max_bytes;
     let e = expect_code(
         f.macp.request_artifact_upload(&f.alice, request(&f, "big.log", "text/plain", max + 1)).await,
@@ -240,9 +236,7 @@ pub(crate) fn artifact_req(
 pub async fn register_artifact_checks_prefix_and_links(backend: Backend) {
     let f = Fixture::new(&backend).await;
     let finding = f.post("see attached", &[]).await;
-    let Some(key) = f.upload("trace.log", b"0123456789").await else {
-        return eprintln!("skipped: no artifact store");
-    };
+    let key = f.upload("trace.log", b"0123456789").await;
     let ok = f
         .macp
         .register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &key, vec![finding.finding_id]))
@@ -267,7 +261,7 @@ pub async fn register_artifact_checks_prefix_and_links(backend: Backend) {
             "invalid_input",
         );
     }
-    let second = f.upload("y.log", b"y").await.unwrap();
+    let second = f.upload("y.log", b"y").await;
     expect_code(
         f.macp
             .register_artifact(
@@ -303,8 +297,8 @@ pub async fn list_artifacts_filters_by_finding_and_entity_alias(backend: Backend
     let f2 = f.post("two", &[]).await.finding_id;
     let e = f.entity("e", "host", "e").await;
     let e2 = f.entity("e2", "host", "e2").await;
-    let Some(k1) = f.upload("1.log", b"one").await else { return eprintln!("skipped: no artifact store") };
-    let k2 = f.upload("2.log", b"two").await.unwrap();
+    let k1 = f.upload("1.log", b"one").await;
+    let k2 = f.upload("2.log", b"two").await;
     f.macp.register_artifact(&f.alice, artifact_req(f.room, f.a.clone(), &k1, vec![f1])).await.unwrap();
     f.macp
         .register_artifact(
@@ -348,7 +342,7 @@ pub async fn list_artifacts_filters_by_finding_and_entity_alias(backend: Backend
 /// `register_artifact` with a key replays.
 pub async fn idempotent_register_artifact_replays(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    let Some(key) = f.upload("x.png.txt", b"x").await else { return eprintln!("skipped: no artifact store") };
+    let key = f.upload("x.png.txt", b"x").await;
     let req = RegisterArtifact {
         idempotency_key: Some("a1".into()),
         ..artifact_req(f.room, f.a.clone(), &key, vec![])
@@ -357,4 +351,29 @@ pub async fn idempotent_register_artifact_replays(backend: Backend) {
     let again = f.macp.register_artifact(&f.alice, req).await.unwrap();
     assert!(again.replayed);
     assert_eq!(again.artifact, first.artifact);
+}
+
+/// Artifacts linked to an entity that is later merged away list under the winner, and their
+/// links read as the winner.
+pub async fn merged_entities_keep_their_artifacts(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let winner = f.entity("payments", "k8s_service", "payments").await;
+    let loser = f.entity("payments-v2", "k8s_deployment", "payments-v2").await;
+    let key = f.upload("trace.txt", b"trace of the timeout").await;
+    f.macp
+        .register_artifact(
+            &f.alice,
+            RegisterArtifact {
+                linked_entity_ids: vec![loser],
+                ..artifact_req(f.room, f.a.clone(), &key, vec![])
+            },
+        )
+        .await
+        .unwrap();
+    f.macp.merge_entities(&f.alice, MergeEntities::new(f.room, f.a.clone(), winner, loser)).await.unwrap();
+    let arts = f.macp.list_artifacts(&f.alice, ListArtifacts::new(f.room).entity(winner)).await.unwrap();
+    assert_eq!(arts.artifacts.len(), 1);
+    assert_eq!(arts.artifacts[0].artifact.linked_entity_ids, vec![winner]);
+    let by_old = f.macp.list_artifacts(&f.alice, ListArtifacts::new(f.room).entity(loser)).await.unwrap();
+    assert_eq!(by_old.artifacts.len(), 1, "the old id resolves to the winner too");
 }

@@ -13,10 +13,7 @@ use super::*;
 
 /// On a durable backend, everything acknowledged is there when the data is opened again.
 pub async fn acknowledged_writes_survive_reopen(backend: Backend) {
-    if !backend.store.capabilities().durable {
-        eprintln!("skipped: backend does not declare durability");
-        return;
-    }
+    assert!(backend.store.capabilities().durable, "the backend declares durable; its store must say so");
     let reopen = backend.reopen.clone().expect("a durable backend provides reopen");
     let f = Fixture::new(&backend).await;
     let x = f.entity("x", "host", "x").await;

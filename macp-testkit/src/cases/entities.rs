@@ -4,9 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use macp_core::model::{EntityType, Evidence, EvidenceKind, Identifier};
-use macp_core::service::{
-    AddEntity, AddRelationship, GraphQuery, ListArtifacts, MergeEntities, PostFinding, RegisterArtifact,
-};
+use macp_core::service::{AddEntity, AddRelationship, GraphQuery, MergeEntities, PostFinding};
 use macp_core::{EntityId, Limits};
 
 use crate::Backend;
@@ -262,34 +260,6 @@ pub async fn merge_is_lazy_and_aliases_resolve_on_every_read(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(via_ident.entity.entity_id, winner);
-    // Artifacts linked to the old id list under the winner.
-    let Some(key) = f.upload("trace.txt", b"trace of the timeout").await else { return };
-    f.macp
-        .register_artifact(
-            &f.alice,
-            RegisterArtifact {
-                linked_entity_ids: vec![loser],
-                ..artifact_req(f.room, f.a.clone(), &key, vec![])
-            },
-        )
-        .await
-        .unwrap();
-    let arts = f
-        .macp
-        .list_artifacts(
-            &f.alice,
-            ListArtifacts {
-                room_id: f.room,
-                finding_id: None,
-                entity_id: Some(winner),
-                limit: None,
-                cursor: None,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(arts.artifacts.len(), 1);
-    assert_eq!(arts.artifacts[0].artifact.linked_entity_ids, vec![winner]);
 }
 
 /// Chains resolve to the end, merging into an entity that was merged away targets its winner,

@@ -93,8 +93,8 @@ impl Fixture {
 
     /// Uploads `body` as `filename` through a presigned URL (as Alice's agent) and returns the
     /// key, or `None` if the backend stores no artifacts.
-    pub async fn upload(&self, filename: &str, body: &[u8]) -> Option<String> {
-        let t = self.transfer.as_ref()?;
+    pub async fn upload(&self, filename: &str, body: &[u8]) -> String {
+        let t = self.transfer.as_ref().expect("the backend declares blobs but gave no artifact storage");
         let ticket = self
             .macp
             .request_artifact_upload(
@@ -111,7 +111,7 @@ impl Fixture {
             .expect("request an upload");
         let status = t.put(&presigned(&ticket), "text/plain", body.to_vec()).await;
         assert_eq!(status, 200, "upload to the presigned URL");
-        Some(ticket.key)
+        ticket.key
     }
 
     /// Alice's agent posts `content` with `tags`.
@@ -185,4 +185,38 @@ impl Fixture {
         use macp_core::Clock;
         self.clock.now()
     }
+}
+
+/// The features a backend declares to `conformance_tests!` are exactly what it has: a feature
+/// left out would hide its cases as ignored, one claimed would fail them.
+pub async fn declared_features_match_the_backend(backend: Backend, declared: &[&str]) {
+    for d in declared {
+        assert!(crate::FEATURES.contains(d), "unknown feature `{d}`; the features are {:?}", crate::FEATURES);
+    }
+    let has = |f: &str| declared.contains(&f);
+    let caps = backend.store.capabilities();
+    assert_eq!(has("durable"), caps.durable, "`durable` declared vs the store's Capabilities::durable");
+    assert_eq!(
+        has("shared"),
+        caps.shared_across_processes,
+        "`shared` declared vs the store's Capabilities::shared_across_processes"
+    );
+    if has("durable") || has("shared") {
+        assert!(backend.reopen.is_some(), "`durable` and `shared` need Backend::with_reopen");
+    }
+    assert_eq!(
+        has("vectors"),
+        backend.vector_index.is_some(),
+        "`vectors` declared vs Backend::with_vector_index"
+    );
+    assert_eq!(has("blobs"), backend.blobs.is_some(), "`blobs` declared vs Backend::with_blobs");
+    let bounded = backend.blobs.as_ref().is_some_and(|(b, _)| b.enforces_presigned_bounds());
+    assert_eq!(
+        has("bounded_urls"),
+        bounded,
+        "`bounded_urls` declared vs BlobStore::enforces_presigned_bounds"
+    );
+    let keywords =
+        backend.store.keyword_search(RoomId::generate(), "anything", 10).await.expect("keyword search");
+    assert_eq!(has("keywords"), keywords.is_some(), "`keywords` declared vs what keyword_search answers");
 }

@@ -147,13 +147,23 @@ fn searching(backend: &Backend, embedder: Arc<dyn Embedder>, index: Arc<dyn Vect
         .expect("service")
 }
 
-/// A service with the built-in embedder on the backend's index, or `None` (the case skips).
-fn semantic(backend: &Backend) -> Option<Macp> {
-    let Some(index) = backend.vector_index.clone() else {
-        eprintln!("skipped: backend has no vector index");
-        return None;
-    };
-    Some(searching(backend, Arc::new(BuiltinEmbedder::load().expect("built-in model")), index))
+/// The backend's vector index (the cases that call this are registered for `vectors` only).
+fn index_of(backend: &Backend) -> Arc<dyn VectorIndex> {
+    backend.vector_index.clone().expect("the backend declares vectors but gave no vector index")
+}
+
+/// A service searching with everything the backend has: words, and meaning too where it has a
+/// vector index (the cases that call this hold either way).
+fn hybrid(backend: &Backend) -> Macp {
+    match backend.vector_index.clone() {
+        Some(index) => searching(backend, Arc::new(BuiltinEmbedder::load().expect("built-in model")), index),
+        None => Macp::builder().store(backend.store.clone()).build().expect("service"),
+    }
+}
+
+/// A service with the built-in embedder on the backend's index.
+fn semantic(backend: &Backend) -> Macp {
+    searching(backend, Arc::new(BuiltinEmbedder::load().expect("built-in model")), index_of(backend))
 }
 
 struct Room {
@@ -202,7 +212,7 @@ async fn top(macp: &Macp, r: &Room, query: &str) -> Vec<FindingId> {
 
 /// A paraphrase that shares no word with its finding finds it first.
 pub async fn search_finds_a_paraphrase_without_shared_words(backend: Backend) {
-    let Some(macp) = semantic(&backend) else { return };
+    let macp = semantic(&backend);
     let r = room(&macp).await;
     let ids = seed(&macp, &r).await;
     for (query, want) in [
@@ -217,10 +227,7 @@ pub async fn search_finds_a_paraphrase_without_shared_words(backend: Backend) {
 
 /// A keyword query naming an exact identifier finds the finding that contains it first.
 pub async fn search_finds_an_exact_identifier_first(backend: Backend) {
-    let macp = match semantic(&backend) {
-        Some(m) => m,
-        None => Macp::builder().store(backend.store.clone()).build().unwrap(),
-    };
+    let macp = hybrid(&backend);
     let r = room(&macp).await;
     let ids = seed(&macp, &r).await;
     assert_eq!(top(&macp, &r, "4f2a9c1").await.first(), Some(&ids[6]));
@@ -230,10 +237,7 @@ pub async fn search_finds_an_exact_identifier_first(backend: Backend) {
 
 /// Results never come from another room, and tag and agent filters hold.
 pub async fn search_stays_in_its_room_and_honours_filters(backend: Backend) {
-    let macp = match semantic(&backend) {
-        Some(m) => m,
-        None => Macp::builder().store(backend.store.clone()).build().unwrap(),
-    };
+    let macp = hybrid(&backend);
     let a = room(&macp).await;
     let b = room(&macp).await;
     let in_a = seed(&macp, &a).await;
@@ -300,7 +304,7 @@ pub async fn search_stays_in_its_room_and_honours_filters(backend: Backend) {
 
 /// With a healthy embedder and index, a post comes back `indexed` and is found by meaning at once.
 pub async fn posts_are_indexed_inline_and_searchable_at_once(backend: Backend) {
-    let Some(macp) = semantic(&backend) else { return };
+    let macp = semantic(&backend);
     let r = room(&macp).await;
     let p = macp
         .post_finding(
@@ -325,10 +329,7 @@ pub async fn posts_are_indexed_inline_and_searchable_at_once(backend: Backend) {
 /// Embedder and index failures never fail a post or lose a finding: posts succeed as
 /// `pending`, and the reconciler later indexes every one of them exactly once.
 pub async fn failed_indexing_loses_nothing_and_reconciles_exactly_once(backend: Backend) {
-    let Some(inner) = backend.vector_index.clone() else {
-        eprintln!("skipped: backend has no vector index");
-        return;
-    };
+    let inner = index_of(&backend);
     let embedder = Arc::new(FlakyEmbedder::new());
     let index = Arc::new(CountingIndex::new(inner));
     let macp = searching(&backend, embedder.clone(), index.clone());
@@ -375,10 +376,7 @@ pub async fn failed_indexing_loses_nothing_and_reconciles_exactly_once(backend: 
 /// An index write that landed but reported failure leaves the finding pending; the reconciler
 /// writes it again, and the index still holds it once (upserts are keyed by finding).
 pub async fn an_index_write_reported_as_failed_is_not_duplicated(backend: Backend) {
-    let Some(inner) = backend.vector_index.clone() else {
-        eprintln!("skipped: backend has no vector index");
-        return;
-    };
+    let inner = index_of(&backend);
     let index = Arc::new(CountingIndex::new(inner));
     let macp = searching(&backend, Arc::new(FlakyEmbedder::new()), index.clone());
     let r = room(&macp).await;
@@ -405,10 +403,6 @@ pub async fn an_index_write_reported_as_failed_is_not_duplicated(backend: Backen
 
 /// Without semantic search, findings are still found by their words.
 pub async fn pending_findings_are_found_by_their_words(backend: Backend) {
-    if !backend.store.capabilities().keyword_search {
-        eprintln!("skipped: backend has no keyword search");
-        return;
-    }
     let macp = Macp::builder().store(backend.store.clone()).build().unwrap();
     let r = room(&macp).await;
     let ids = seed(&macp, &r).await;
@@ -421,10 +415,6 @@ pub async fn pending_findings_are_found_by_their_words(backend: Backend) {
 /// The first findings of a new room are found by their words: with one or two findings every
 /// term is in at least half the room (BM25's idf is floored), and an identifier must still match.
 pub async fn a_rooms_first_findings_are_found_by_their_words(backend: Backend) {
-    if !backend.store.capabilities().keyword_search {
-        eprintln!("skipped: backend has no keyword search");
-        return;
-    }
     let macp = Macp::builder().store(backend.store.clone()).build().unwrap();
     let r = room(&macp).await;
     let post = |content: &'static str| {
@@ -453,10 +443,7 @@ pub async fn a_rooms_first_findings_are_found_by_their_words(backend: Backend) {
 
 /// An index built with one model refuses another, naming both; reindex rebuilds it.
 pub async fn an_index_built_by_another_model_is_refused_until_reindexed(backend: Backend) {
-    let Some(index) = backend.vector_index.clone() else {
-        eprintln!("skipped: backend has no vector index");
-        return;
-    };
+    let index = index_of(&backend);
     let other = IndexModel { model_id: "some-other-model".into(), dimension: 256 };
     index.bind(&other).await.expect("bind a fresh index");
     let macp = searching(&backend, Arc::new(BuiltinEmbedder::load().unwrap()), index.clone());
