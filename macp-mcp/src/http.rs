@@ -18,7 +18,7 @@ use macp_core::blob::{UrlEndpoint, UrlRefusal};
 use crate::auth::{self, Verifier};
 use crate::server::MacpMcp;
 
-/// Binds `addr` for serving with [`axum::serve`], with `TCP_NODELAY` on every accepted socket.
+/// Binds `addr` for serving with [`axum::serve()`], with `TCP_NODELAY` on every accepted socket.
 ///
 /// Why: rmcp writes a response in several pieces (headers with the SSE priming event, then the
 /// message, then the end of the stream). With Nagle's algorithm on, the second piece waits for

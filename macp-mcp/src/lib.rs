@@ -2,7 +2,8 @@
 //!
 //! The MCP server of MACP: a thin adapter that maps each of the design's tools to one call on
 //! [`macp_core::Macp`], over Streamable HTTP (`/mcp`, [`http`]) or stdio. Tool names, argument
-//! names and result fields are a contract; see [`args`] and the `macp_core` result types.
+//! names and result fields are a contract; each tool's input is the
+//! `macp_core::service` request type it names, and its result is the matching `macp_core` type.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

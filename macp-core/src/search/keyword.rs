@@ -46,10 +46,10 @@ pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {
 /// Postings and lengths of one room's findings.
 ///
 /// Held in segments: full segments are immutable and shared between clones, and only the open
-/// segment (at most [`SEGMENT`] findings) is copied when a clone that shares it is written to.
+/// segment (at most `SEGMENT`, 512, findings) is copied when a clone that shares it is written to.
 /// That makes a clone a cheap snapshot: a search scores a clone while findings keep being added
 /// to the original, and neither waits for the other nor copies the room. Full segments are
-/// merged [`FAN_IN`] at a time so that their number stays small as the room grows.
+/// merged `FAN_IN` (8) at a time so that their number stays small as the room grows.
 #[derive(Debug, Clone, Default)]
 pub struct KeywordIndex {
     sealed: Vec<Arc<Segment>>,
