@@ -70,7 +70,11 @@ start() {
 # load WORKLOAD CLIENTS [N]: one mcpload run; prints "calls/s p50 p99 errors lost".
 load() {
   local n=${3:+-n $3}
-  "$B/mcpload" --http "$url" -w "$1" -c "$2" $n --max-seconds 900 2>/dev/null | tail -n 1 \
+  # A run that fails prints its own error instead of a summary: show it, and stop.
+  if ! "$B/mcpload" --http "$url" -w "$1" -c "$2" $n --max-seconds 900 >"$work/mcpload.out" 2>"$work/mcpload.err"; then
+    echo "mcpload failed on $1:" >&2; cat "$work/mcpload.err" "$work/mcpload.out" >&2; exit 1
+  fi
+  tail -n 1 "$work/mcpload.out" \
     | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d["latency_ms"]; print(d["calls_per_s"], l["p50"], l["p99"], d["errors"], d.get("lost_writes", 0))'
 }
 
