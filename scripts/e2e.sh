@@ -39,6 +39,9 @@ echo "--> the same scenario with OAuth on: JWKS on loopback, one token per user,
 echo "--> artifacts: curl upload to a presigned URL, register, list and download by another agent"
 "$python" tests/e2e/artifacts_e2e.py --macp "$macp"
 
+echo "--> the room feed: push on both protocol generations, waiting get_updates, the loop sees every change"
+"$python" tests/e2e/feed_e2e.py --macp "$macp"
+
 echo "--> stdio transport (Python client) and the human-facing commands"
 "$python" tests/e2e/stdio_cli.py --macp "$macp"
 

@@ -200,6 +200,34 @@ resource "aws_dynamodb_table" "agent_sessions" {
   }
 }
 
+# The room's event feed: every change, in commit order. The item with seq 0 is the room's feed
+# head (the last seq), moved by a conditional write in the same transaction as each event.
+resource "aws_dynamodb_table" "events" {
+  name                        = "${var.name_prefix}events"
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "room_id"
+  range_key                   = "seq"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "room_id"
+    type = "S"
+  }
+
+  attribute {
+    name = "seq"
+    type = "N"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
+  }
+}
+
 resource "aws_dynamodb_table" "artifacts" {
   name                        = "${var.name_prefix}artifacts"
   billing_mode                = "PAY_PER_REQUEST"
@@ -235,5 +263,6 @@ locals {
     relationships  = aws_dynamodb_table.relationships
     agent_sessions = aws_dynamodb_table.agent_sessions
     artifacts      = aws_dynamodb_table.artifacts
+    events         = aws_dynamodb_table.events
   }
 }

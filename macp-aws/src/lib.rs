@@ -89,6 +89,8 @@ pub struct Names {
     pub agents: String,
     /// `<prefix>artifacts`.
     pub artifacts: String,
+    /// `<prefix>events`.
+    pub events: String,
     /// The private artifact bucket.
     pub artifact_bucket: String,
     /// The S3 Vectors bucket.
@@ -186,6 +188,7 @@ impl AwsBuilder {
             relationships: format!("{prefix}relationships"),
             agents: format!("{prefix}agent_sessions"),
             artifacts: format!("{prefix}artifacts"),
+            events: format!("{prefix}events"),
             artifact_bucket: self
                 .artifact_bucket
                 .clone()

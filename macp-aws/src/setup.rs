@@ -72,6 +72,7 @@ impl AwsBackend {
             "entities" => &self.names.entities,
             "relationships" => &self.names.relationships,
             "agent_sessions" => &self.names.agents,
+            "events" => &self.names.events,
             _ => &self.names.artifacts,
         }
     }

@@ -24,6 +24,7 @@
 //! | `max_agents_per_room` | 64 | capacity: agents that may join one room |
 //! | `default_page` / `max_page` | 50 / 200 | get_timeline, list_rooms, list_artifacts |
 //! | `default_updates_page` / `max_updates_page` | 100 / 500 | get_updates |
+//! | `max_wait_seconds` | 25 | get_updates `wait_seconds` |
 //! | `max_graph_depth` | 3 | get_entity_graph depth |
 //! | `max_graph_entities` / `max_graph_relationships` | 200 / 500 | get_entity_graph result caps |
 
@@ -76,6 +77,9 @@ pub struct Limits {
     pub default_updates_page: usize,
     /// Largest get_updates page.
     pub max_updates_page: usize,
+    /// Longest a get_updates call may wait for something new, in seconds. Short enough that
+    /// proxies and clients with a 30-second request limit never cut a waiting call.
+    pub max_wait_seconds: u64,
     /// Deepest get_entity_graph traversal.
     pub max_graph_depth: u32,
     /// Most entities one get_entity_graph returns.
@@ -108,6 +112,7 @@ impl Default for Limits {
             max_page: 200,
             default_updates_page: 100,
             max_updates_page: 500,
+            max_wait_seconds: 25,
             max_graph_depth: 3,
             max_graph_entities: 200,
             max_graph_relationships: 500,

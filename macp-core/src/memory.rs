@@ -14,13 +14,14 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::model::{
-    AgentSession, Artifact, Entity, Finding, Identifier, IndexStatus, Relationship, Room, RoomStatus,
+    AgentSession, Artifact, Entity, Event, EventKind, Finding, Identifier, IndexStatus, Relationship, Room,
+    RoomStatus,
 };
 use crate::search::keyword::KeywordIndex;
 use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, CreateOutcome,
-    EntityStats, EntityStore, FindingQuery, FindingStats, FindingStore, IdempotencyKey, IdempotencyRecord,
-    Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
+    EntityStats, EntityStore, EventStore, FindingQuery, FindingStats, FindingStore, IdempotencyKey,
+    IdempotencyRecord, Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -42,6 +43,9 @@ struct State {
     artifacts: BTreeMap<(RoomId, ArtifactId), Artifact>,
     idempotency: HashMap<(RoomId, String), IdempotencyRecord>,
     keywords: HashMap<RoomId, KeywordIndex>,
+    /// Per room, the feed in `seq` order: index `i` holds `seq = i + 1`.
+    events: HashMap<RoomId, Vec<Event>>,
+    read_positions: HashMap<(RoomId, AgentId), u64>,
 }
 
 impl MemoryStore {
@@ -67,6 +71,12 @@ async fn interleave() {
 impl State {
     fn replay(&self, room_id: RoomId, idempotency: Option<&IdempotencyKey>) -> Option<IdempotencyRecord> {
         idempotency.and_then(|c| self.idempotency.get(&(room_id, c.key.clone())).cloned())
+    }
+
+    fn push_event(&mut self, room_id: RoomId, event: &Event) {
+        let feed = self.events.entry(room_id).or_default();
+        let seq = feed.len() as u64 + 1;
+        feed.push(event.at_seq(seq));
     }
 
     fn record(&mut self, room_id: RoomId, idempotency: Option<&IdempotencyKey>) {
@@ -103,7 +113,13 @@ impl RoomStore for MemoryStore {
         Ok(self.lock().rooms.get(&room_id).cloned())
     }
 
-    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
+    async fn close_room(
+        &self,
+        room_id: RoomId,
+        at: Timestamp,
+        by: &UserId,
+        event: &Event,
+    ) -> Result<Option<Room>> {
         interleave().await;
         let mut s = self.lock();
         let Some(room) = s.rooms.get_mut(&room_id) else { return Ok(None) };
@@ -111,6 +127,9 @@ impl RoomStore for MemoryStore {
             room.status = RoomStatus::Closed;
             room.closed_at = Some(at);
             room.closed_by = Some(by.clone());
+            let room = room.clone();
+            s.push_event(room_id, event);
+            return Ok(Some(room));
         }
         Ok(Some(room.clone()))
     }
@@ -136,7 +155,7 @@ impl RoomStore for MemoryStore {
 
 #[async_trait]
 impl AgentStore for MemoryStore {
-    async fn insert_agent(&self, session: &AgentSession) -> Result<Insert<AgentSession>> {
+    async fn insert_agent(&self, session: &AgentSession, event: &Event) -> Result<Insert<AgentSession>> {
         interleave().await;
         let mut s = self.lock();
         let key = (session.room_id, session.agent_id.clone());
@@ -144,6 +163,7 @@ impl AgentStore for MemoryStore {
             return Ok(Insert::Existing(existing.clone()));
         }
         s.agents.insert(key, session.clone());
+        s.push_event(session.room_id, event);
         Ok(Insert::Inserted(session.clone()))
     }
 
@@ -166,9 +186,16 @@ impl AgentStore for MemoryStore {
         room_id: RoomId,
         agent_id: &AgentId,
         update: &AgentUpdate,
+        event: Option<&Event>,
     ) -> Result<Option<AgentSession>> {
         interleave().await;
         let mut s = self.lock();
+        if !s.agents.contains_key(&(room_id, agent_id.clone())) {
+            return Ok(None);
+        }
+        if let Some(e) = event {
+            s.push_event(room_id, e);
+        }
         let Some(a) = s.agents.get_mut(&(room_id, agent_id.clone())) else { return Ok(None) };
         if let Some(t) = update.last_active {
             a.last_active = a.last_active.max(t);
@@ -191,6 +218,7 @@ impl FindingStore for MemoryStore {
         &self,
         finding: &Finding,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Finding>> {
         interleave().await;
         let mut s = self.lock();
@@ -202,6 +230,7 @@ impl FindingStore for MemoryStore {
         stored.seq = list.len() as u64 + 1;
         list.push(stored.clone());
         s.keywords.entry(finding.room_id).or_default().add(stored.finding_id, &stored.content);
+        s.push_event(finding.room_id, event);
         s.record(finding.room_id, idempotency);
         Ok(Write::Applied(stored))
     }
@@ -307,6 +336,7 @@ impl EntityStore for MemoryStore {
         &self,
         entity: &Entity,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<CreateOutcome> {
         interleave().await;
         let mut s = self.lock();
@@ -326,6 +356,7 @@ impl EntityStore for MemoryStore {
             s.holders.insert((room, i.clone()), entity.entity_id);
         }
         s.entities.insert((room, entity.entity_id), entity.clone());
+        s.push_event(room, event);
         s.record(room, idempotency);
         Ok(CreateOutcome::Created(entity.clone()))
     }
@@ -337,6 +368,7 @@ impl EntityStore for MemoryStore {
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<AttachOutcome> {
         interleave().await;
         let mut s = self.lock();
@@ -360,9 +392,13 @@ impl EntityStore for MemoryStore {
         }
         let e =
             s.entities.get_mut(&(room_id, entity_id)).ok_or_else(|| Error::not_found("entity", entity_id))?;
+        let before = e.clone();
         e.add_identifiers(added);
         e.add_missing_properties(properties);
         let entity = e.clone();
+        if entity != before {
+            s.push_event(room_id, event);
+        }
         s.record(room_id, idempotency);
         Ok(AttachOutcome::Attached { entity, held_elsewhere })
     }
@@ -412,7 +448,13 @@ impl EntityStore for MemoryStore {
             .collect())
     }
 
-    async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
+    async fn merge_entities(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+        event: &Event,
+    ) -> Result<Entity> {
         interleave().await;
         let mut s = self.lock();
         let w = s.entities.get(&(room_id, winner)).ok_or_else(|| Error::not_found("entity", winner))?;
@@ -426,13 +468,16 @@ impl EntityStore for MemoryStore {
         }
         let w = s.entities.get_mut(&(room_id, winner)).ok_or_else(|| Error::not_found("entity", winner))?;
         w.absorb(&l);
-        Ok(w.clone())
+        let w = w.clone();
+        s.push_event(room_id, event);
+        Ok(w)
     }
 
     async fn put_relationship(
         &self,
         rel: &Relationship,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<(Relationship, bool)>> {
         interleave().await;
         let mut s = self.lock();
@@ -442,14 +487,20 @@ impl EntityStore for MemoryStore {
         let key = (rel.room_id, RelationshipKey::of(rel));
         let out = match s.relationships.get_mut(&key) {
             Some(existing) => {
+                let before = existing.clone();
                 existing.absorb(rel);
-                (existing.clone(), false)
+                let changed = *existing != before;
+                (existing.clone(), false, changed)
             }
             None => {
                 s.relationships.insert(key, rel.clone());
-                (rel.clone(), true)
+                (rel.clone(), true, true)
             }
         };
+        if out.2 {
+            s.push_event(rel.room_id, event);
+        }
+        let out = (out.0, out.1);
         s.record(rel.room_id, idempotency);
         Ok(Write::Applied(out))
     }
@@ -525,6 +576,7 @@ impl ArtifactStore for MemoryStore {
         &self,
         artifact: &Artifact,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Artifact>> {
         interleave().await;
         let mut s = self.lock();
@@ -536,6 +588,7 @@ impl ArtifactStore for MemoryStore {
             return Err(Error::AlreadyExists { what: "artifact with key", id: artifact.key.clone() });
         }
         s.artifacts.insert((room, artifact.artifact_id), artifact.clone());
+        s.push_event(room, event);
         s.record(room, idempotency);
         Ok(Write::Applied(artifact.clone()))
     }
@@ -565,5 +618,57 @@ impl ArtifactStore for MemoryStore {
     async fn count_artifacts(&self, room_id: RoomId) -> Result<u64> {
         interleave().await;
         Ok(self.lock().artifacts.keys().filter(|(r, _)| *r == room_id).count() as u64)
+    }
+}
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn list_events(
+        &self,
+        room_id: RoomId,
+        after_seq: u64,
+        kinds: &[EventKind],
+        limit: usize,
+    ) -> Result<Vec<Event>> {
+        interleave().await;
+        let s = self.lock();
+        let Some(feed) = s.events.get(&room_id) else { return Ok(Vec::new()) };
+        let start = (after_seq as usize).min(feed.len());
+        Ok(feed[start..]
+            .iter()
+            .filter(|e| kinds.is_empty() || kinds.contains(&e.kind))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn last_event_seq(&self, room_id: RoomId) -> Result<u64> {
+        interleave().await;
+        Ok(self.lock().events.get(&room_id).map_or(0, |f| f.len() as u64))
+    }
+
+    async fn count_events(&self, room_id: RoomId, after_seq: u64) -> Result<BTreeMap<EventKind, u64>> {
+        interleave().await;
+        let s = self.lock();
+        let mut out = BTreeMap::new();
+        if let Some(feed) = s.events.get(&room_id) {
+            for e in &feed[(after_seq as usize).min(feed.len())..] {
+                *out.entry(e.kind).or_insert(0) += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_position(&self, room_id: RoomId, agent_id: &AgentId) -> Result<u64> {
+        interleave().await;
+        Ok(self.lock().read_positions.get(&(room_id, agent_id.clone())).copied().unwrap_or(0))
+    }
+
+    async fn advance_read_position(&self, room_id: RoomId, agent_id: &AgentId, seq: u64) -> Result<u64> {
+        interleave().await;
+        let mut s = self.lock();
+        let p = s.read_positions.entry((room_id, agent_id.clone())).or_insert(0);
+        *p = (*p).max(seq);
+        Ok(*p)
     }
 }

@@ -388,3 +388,118 @@ pub struct Artifact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
 }
+
+wire_enum!(
+    /// What changed in a room: the kind of an [`Event`] in the room's feed.
+    EventKind {
+        /// A finding was posted (`finding_id`).
+        FindingPosted = "finding_posted",
+        /// An agent joined the room for the first time (`agent_id`).
+        AgentJoined = "agent_joined",
+        /// An agent declared its status; the summary holds the status and reason. `blocked` is
+        /// the one a teammate must not miss.
+        StatusDeclared = "status_declared",
+        /// An entity was created (`entity_ids`: the new entity).
+        EntityAdded = "entity_added",
+        /// An existing entity gained identifiers or properties (`entity_ids`: that entity).
+        IdentifiersAttached = "identifiers_attached",
+        /// Two entities were merged (`entity_ids`: the winner, then the one merged into it).
+        EntitiesMerged = "entities_merged",
+        /// A relationship was added, or new evidence appended to it (`entity_ids`: from, to).
+        RelationshipAdded = "relationship_added",
+        /// An artifact was registered (`artifact_id`).
+        ArtifactRegistered = "artifact_registered",
+        /// The room was closed.
+        RoomClosed = "room_closed"
+    },
+    "kinds"
+);
+
+/// One change to a room, in the room's feed. Small by design: it names what changed and who
+/// did it; the objects themselves are read by id with the existing tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Event {
+    /// Position in the room's feed: gap-free, in commit order (assigned by the store).
+    pub seq: u64,
+    /// What changed.
+    pub kind: EventKind,
+    /// When.
+    pub at: Timestamp,
+    /// The person whose agent (or who) made the change.
+    pub user_id: UserId,
+    /// The agent that made the change (absent for a room closed by a person).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<AgentId>,
+    /// The finding concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding_id: Option<FindingId>,
+    /// The entities concerned (see [`EventKind`] for their order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entity_ids: Vec<EntityId>,
+    /// The artifact concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<ArtifactId>,
+    /// One line for a human or an agent deciding whether to read more (at most
+    /// [`Event::SUMMARY_CHARS`] characters; the object itself has the whole text).
+    pub summary: String,
+}
+
+impl Event {
+    /// The longest summary, in characters.
+    pub const SUMMARY_CHARS: usize = 160;
+
+    /// An event of `kind` by `user_id` at `at` with this summary (cut to
+    /// [`Event::SUMMARY_CHARS`] characters on a character boundary, marked with `…`), before the
+    /// store gives it its `seq`.
+    pub fn new(kind: EventKind, at: Timestamp, user_id: UserId, summary: &str) -> Self {
+        let one_line: String = summary.split_whitespace().collect::<Vec<_>>().join(" ");
+        let summary = if one_line.chars().count() > Self::SUMMARY_CHARS {
+            let mut s: String = one_line.chars().take(Self::SUMMARY_CHARS - 1).collect();
+            s.push('…');
+            s
+        } else {
+            one_line
+        };
+        Self {
+            seq: 0,
+            kind,
+            at,
+            user_id,
+            agent_id: None,
+            finding_id: None,
+            entity_ids: Vec::new(),
+            artifact_id: None,
+            summary,
+        }
+    }
+
+    /// By this agent.
+    pub fn agent(mut self, agent_id: &AgentId) -> Self {
+        self.agent_id = Some(agent_id.clone());
+        self
+    }
+
+    /// Concerning this finding.
+    pub fn finding(mut self, finding_id: FindingId) -> Self {
+        self.finding_id = Some(finding_id);
+        self
+    }
+
+    /// Concerning these entities.
+    pub fn entities(mut self, ids: impl IntoIterator<Item = EntityId>) -> Self {
+        self.entity_ids = ids.into_iter().collect();
+        self
+    }
+
+    /// Concerning this artifact.
+    pub fn artifact(mut self, artifact_id: ArtifactId) -> Self {
+        self.artifact_id = Some(artifact_id);
+        self
+    }
+
+    /// This event with its feed position.
+    pub fn at_seq(&self, seq: u64) -> Self {
+        Self { seq, ..self.clone() }
+    }
+}

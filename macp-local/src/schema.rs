@@ -176,6 +176,36 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE identifier_claims RENAME TO identifier_holders;
     "#,
+    // 4: the room's event feed and each agent's read position. A room's existing findings
+    // become its first events, in their order (the other changes made before this version
+    // were not recorded and are not invented).
+    r#"
+    ALTER TABLE rooms ADD COLUMN last_event INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE events (
+        room_id     TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        at          INTEGER NOT NULL,
+        user_id     TEXT NOT NULL,
+        agent_id    TEXT,
+        finding_id  TEXT,
+        entity_ids  TEXT NOT NULL,
+        artifact_id TEXT,
+        summary     TEXT NOT NULL,
+        PRIMARY KEY (room_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO events (room_id, seq, kind, at, user_id, agent_id, finding_id, entity_ids, summary)
+        SELECT room_id, seq, 'finding_posted', created_at, user_id, agent_id, finding_id, '[]',
+               substr(trim(replace(replace(content, char(10), ' '), char(13), ' ')), 1, 160)
+        FROM findings;
+    UPDATE rooms SET last_event = last_seq;
+    CREATE TABLE read_positions (
+        room_id  TEXT NOT NULL,
+        agent_id TEXT NOT NULL,
+        seq      INTEGER NOT NULL,
+        PRIMARY KEY (room_id, agent_id)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

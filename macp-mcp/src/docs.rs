@@ -7,7 +7,7 @@ pub const INSTRUCTIONS: &str = "\
 MACP is a shared room where several people's agents work one investigation together. \
 Work in a loop, and re-read the room every iteration instead of trusting your own memory:
 1. get_room_context (first time, or when unsure) — the objective, latest findings, key entities, who is doing what, and a cursor.
-2. get_updates with your cursor — what others posted since you last looked.
+2. get_updates with your cursor — every change since you last looked (findings, statuses, entities, files); pass the cursor back with ack: true once processed, and use wait_seconds instead of sleeping. A teammate's status_declared \"blocked\" is a call for help.
 3. Decide one contribution that serves the objective and is not already covered: search_findings before posting.
 4. post_finding with tags, evidence and entity_refs; add_entity (with typed identifiers) and add_relationship for what you learned.
 5. declare_status: active, idle, or blocked with a reason a human can act on.
@@ -19,8 +19,9 @@ towards. Returns the room, including its room_id; share that id with your collea
 
 /// `join_room`.
 pub const JOIN_ROOM: &str = "Register your agent in a room before writing to it. Optionally pick an agent_id (else one is \
-generated) and say what client you are (agent_type). Rejoining with the same agent_id is safe. Later write tools act as \
-this agent when you omit agent_id.";
+generated) and say what client you are (agent_type). Rejoining with the same agent_id is safe and continues where that \
+agent left off. Later write tools act as this agent when you omit agent_id. Returns your agent and `unread`: how many \
+changes you have not acknowledged yet, by kind.";
 
 /// `close_room`.
 pub const CLOSE_ROOM: &str = "Mark a room closed when the investigation is over. It stays fully readable (timeline, search, \
@@ -38,7 +39,8 @@ findings, entities, relationships and artifacts, findings per tag, and the time 
 pub const GET_ROOM_CONTEXT: &str = "Orient yourself in a room in one call: the objective, the most recent findings (long \
 ones shortened, marked content_truncated), the best-connected entities with their identifiers, every agent's declared \
 status and reason, findings per tag (which lines of inquiry are open or dead ends), totals next to what is shown, and a \
-cursor: pass it to get_updates to receive only what comes after. Call it when you start and whenever you are unsure.";
+cursor: pass it to get_updates to receive only what comes after, and `unread` (changes you have not acknowledged, by \
+kind). Call it when you start and whenever you are unsure.";
 
 /// `declare_status`.
 pub const DECLARE_STATUS: &str = "Tell humans and other agents what you are doing: \"active\", \"idle\" or \"blocked\". \
@@ -62,9 +64,13 @@ pub const GET_TIMELINE: &str = "Read a room's findings in the order they were po
 tags, by one agent, or in a time range (since/until, RFC 3339). Pages with limit and cursor.";
 
 /// `get_updates`.
-pub const GET_UPDATES: &str = "Poll for findings posted since your cursor (from your last get_updates or from \
-get_room_context); omit the cursor to start from the beginning. Returns the new findings in order and the next cursor; \
-nothing is ever skipped or repeated. If has_more is true, call again at once.";
+pub const GET_UPDATES: &str = "Everything that changed in the room since your cursor (from your last get_updates or \
+from get_room_context): new findings, whole, and every other change as a short event (agent joined, status declared, \
+entity added, identifiers attached, entities merged, relationship added, artifact registered, room closed) with who, \
+the ids and a one-line summary. Nothing is ever skipped or repeated. Omit the cursor to continue from your read position \
+(the start for a new agent). Pass ack: true with the cursor you have processed to move your read position there; \
+reading alone consumes nothing. kinds narrows the answer (e.g. [\"finding_posted\"]). With wait_seconds (at most 25) \
+an empty answer waits until something happens: use it instead of sleeping. If has_more is true, call again at once.";
 
 /// `add_entity`.
 pub const ADD_ENTITY: &str = "Record a service, person, event or resource the investigation involves, with typed \

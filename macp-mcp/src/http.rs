@@ -90,7 +90,10 @@ pub fn mcp_service(
         .with_allowed_origins(origins)
         .with_cancellation_token(ct);
     StreamableHttpService::new(
-        move || Ok(MacpMcp::new(macp.clone(), local_user.clone())),
+        {
+            let server = MacpMcp::new(macp, local_user);
+            move || Ok(server.new_session())
+        },
         Arc::new(sessions),
         config,
     )

@@ -42,7 +42,9 @@ pub mod auth;
 #[cfg(feature = "local")]
 pub mod config;
 pub mod docs;
+pub mod hook;
 pub mod http;
+pub mod push;
 pub mod server;
 
 pub use server::{Authenticated, MacpMcp, tool_error};

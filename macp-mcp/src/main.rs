@@ -88,6 +88,29 @@ enum Command {
     /// `--backend aws`) the tables, buckets and vector bucket, for development and tests.
     /// Production AWS deployments create them with the OpenTofu module in deploy/tofu.
     Setup,
+    /// For a coding agent's hooks (Claude Code, Kiro): print what is new in a room for one
+    /// agent since its read position, in the client's hook output format, or nothing. Reads the
+    /// hook's JSON event on stdin; never fails the hook (problems go to stderr, exit 0).
+    Hook {
+        /// The calling client: its output format.
+        #[arg(long, value_enum, default_value = "claude-code")]
+        client: macp_mcp::hook::HookClient,
+        /// The server's MCP endpoint.
+        #[arg(long, env = "MACP_URL", default_value = "http://127.0.0.1:8765/mcp")]
+        url: String,
+        /// The room.
+        #[arg(long, env = "MACP_ROOM")]
+        room: String,
+        /// Your agent in the room (its read position decides what is new).
+        #[arg(long, env = "MACP_AGENT")]
+        agent: String,
+        /// A bearer token, when the server has auth on.
+        #[arg(long, env = "MACP_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Give up after this many milliseconds (a hook must not hold the prompt up).
+        #[arg(long, default_value_t = 3000)]
+        timeout_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -253,6 +276,26 @@ async fn embedder(cfg: &Resolved) -> Result<Option<Arc<dyn Embedder>>, String> {
 
 async fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
+        Command::Hook { client, url, room, agent, token, timeout_ms } => {
+            use std::io::Read as _;
+            let mut stdin = String::new();
+            // A client that sends nothing (or a person at a terminal with stdin closed) is fine.
+            let _ = std::io::stdin().read_to_string(&mut stdin);
+            let target = macp_mcp::hook::HookTarget { url, room_id: room.clone(), agent_id: agent, token };
+            let fetched =
+                tokio::time::timeout(Duration::from_millis(timeout_ms), macp_mcp::hook::fetch(&target, 50))
+                    .await;
+            match fetched {
+                Ok(Ok((label, updates))) => {
+                    if let Some(out) = macp_mcp::hook::render(client, &stdin, &label, &room, &updates) {
+                        println!("{out}");
+                    }
+                }
+                Ok(Err(e)) => eprintln!("macp hook: {e}"),
+                Err(_) => eprintln!("macp hook: no answer from {} within {timeout_ms} ms", target.url),
+            }
+            Ok(())
+        }
         Command::Serve(serve) => serve_cmd(&cli.common, &serve).await,
         Command::Rooms { all, json } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use axum::http::request::Parts;
 use macp_core::model::{AgentSession, Room};
 use macp_core::service::{
-    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, CreateRoom, DeclareStatus, EntityGraph,
-    EntityOutcome, FindingPage, GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome,
-    PostFinding, PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage,
-    RoomRef, RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, ContextQuery, CreateRoom, DeclareStatus,
+    EntityGraph, EntityOutcome, FindingPage, GraphQuery, JoinRoom, Joined, ListArtifacts, ListRooms,
+    MergeEntities, MergeOutcome, PostFinding, PostedFinding, RegisterArtifact, RelationshipOutcome,
+    RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary, SearchFindings, SearchResults, TimelineQuery,
+    Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -25,11 +26,13 @@ use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
-    ListResourcesResult, LoggingLevel, PaginatedRequestParams, PromptMessage, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams,
+    ListResourceTemplatesResult, ListResourcesResult, LoggingLevel, PaginatedRequestParams, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
+    ResourceTemplate, ResourceUpdatedNotificationParam, Role, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::service::SubscriptionContext;
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler, prompt, prompt_handler, prompt_router, tool,
     tool_handler, tool_router,
@@ -40,6 +43,7 @@ use serde::de::DeserializeOwned;
 
 use crate::access;
 use crate::docs;
+use crate::push;
 
 /// What a tool returns: structured content on success, a structured tool error otherwise.
 /// (Tool signatures spell the type out: rmcp derives output schemas from the written type.)
@@ -62,6 +66,15 @@ pub fn tool_error(e: &Error) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", body.code, body.message))]);
     r.structured_content = Some(serde_json::json!({ "error": body }));
     r
+}
+
+/// A core error on a resource request, as a protocol error (resources have no tool-error form).
+fn resource_error(uri: &str, e: &Error) -> McpError {
+    let data = Some(serde_json::json!({ "error": e.body() }));
+    match e {
+        Error::NotFound { .. } => McpError::resource_not_found(format!("`{uri}`: {e}"), data),
+        _ => McpError::internal_error(format!("`{uri}`: {e}"), data),
+    }
 }
 
 /// A tool's arguments as its request type (the same type the SDK takes, so the input schema
@@ -143,6 +156,16 @@ fn strip_numeric_formats(o: &mut JsonObject) {
 #[derive(Debug, Default)]
 struct SessionState {
     joined: HashMap<RoomId, AgentId>,
+    /// Legacy `resources/subscribe` registrations: the task forwarding each URI's changes.
+    subscriptions: HashMap<String, tokio::task::AbortHandle>,
+}
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        for (_, task) in self.subscriptions.drain() {
+            task.abort();
+        }
+    }
 }
 
 /// The MACP MCP server. One value per MCP session (or per request for stateless clients).
@@ -153,8 +176,10 @@ pub struct MacpMcp {
     local_user: Option<Principal>,
     session: Arc<Mutex<SessionState>>,
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
-    tool_router: ToolRouter<Self>,
-    prompt_router: PromptRouter<Self>,
+    /// Built once per service (each tool's schemas are generated there) and shared by every
+    /// session: a session costs its own state, not a copy of the tool list.
+    tool_router: Arc<ToolRouter<Self>>,
+    prompt_router: Arc<PromptRouter<Self>>,
 }
 
 impl std::fmt::Debug for MacpMcp {
@@ -164,6 +189,19 @@ impl std::fmt::Debug for MacpMcp {
 }
 
 impl MacpMcp {
+    /// The room a subscription names, which must exist and be readable by the caller.
+    async fn subscribable(&self, uri: &str, ctx: &RequestContext<RoleServer>) -> Result<RoomId, McpError> {
+        let who = self.who(ctx).map_err(|_| McpError::invalid_request("not authenticated", None))?;
+        let room = push::room_of(uri).ok_or_else(|| {
+            McpError::resource_not_found(
+                format!("`{uri}` is not a room; subscribe to macp://rooms/{{room_id}}"),
+                None,
+            )
+        })?;
+        self.macp.room_summary(&who, room).await.map_err(|e| resource_error(uri, &e))?;
+        Ok(room)
+    }
+
     /// A server over `macp`. With `local_user`, unauthenticated requests act as that user (auth
     /// off); without it, every request must carry an [`Authenticated`] extension.
     pub fn new(macp: Macp, local_user: Option<Principal>) -> Self {
@@ -171,7 +209,7 @@ impl MacpMcp {
             local_user,
             session: Arc::default(),
             log_level: Arc::default(),
-            tool_router: {
+            tool_router: Arc::new({
                 let mut r = Self::tool_router();
                 // Artifact tools exist only where an artifact store is configured.
                 if !macp.artifacts_enabled() {
@@ -183,10 +221,16 @@ impl MacpMcp {
                     route.attr.annotations = access::access(name).map(access::Access::annotations);
                 }
                 r
-            },
-            prompt_router: Self::prompt_router(),
+            }),
+            prompt_router: Arc::new(Self::prompt_router()),
             macp,
         }
+    }
+
+    /// A new MCP session on the same service: its own state (the agents it joined, its
+    /// subscriptions), the tools shared. What a transport's session factory calls.
+    pub fn new_session(&self) -> Self {
+        Self { session: Arc::default(), log_level: Arc::default(), ..self.clone() }
     }
 
     fn auth(&self, ctx: &RequestContext<RoleServer>) -> Result<Authenticated, CallToolResult> {
@@ -210,6 +254,12 @@ impl MacpMcp {
     /// The agent a write acts as: the one named, else the one this MCP session joined the room
     /// with. Never guessed from the caller's other sessions: with auth off every client is the
     /// same local user, and a fresh client must not post as another client's agent.
+    /// The agent a read is made as (for its read position and unread counts): the one named,
+    /// else the one this session joined with, else none (the read is then made as nobody).
+    fn reading_agent(&self, room_id: RoomId, named: Option<AgentId>) -> Option<AgentId> {
+        named.or_else(|| self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id).cloned())
+    }
+
     fn session_agent(
         &self,
         room_id: RoomId,
@@ -245,8 +295,8 @@ impl MacpMcp {
         done(self.macp.create_room(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::JOIN_ROOM, output_schema = output::<AgentSession>(), input_schema = input::<JoinRoom>())]
-    async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<AgentSession> {
+    #[tool(description = docs::JOIN_ROOM, output_schema = output::<Joined>(), input_schema = input::<JoinRoom>())]
+    async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Joined> {
         let who = self.who(&ctx)?;
         let s = self.macp.join_room(&who, parse(args)?).await.map_err(|e| tool_error(&e))?;
         self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());
@@ -277,15 +327,16 @@ impl MacpMcp {
         done(self.macp.room_summary(&who, r.room_id).await)
     }
 
-    #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<RoomRef>())]
+    #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<ContextQuery>())]
     async fn get_room_context(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<RoomContext> {
         let who = self.who(&ctx)?;
-        let r: RoomRef = parse(args)?;
-        done(self.macp.room_context(&who, r.room_id).await)
+        let mut req: ContextQuery = parse(args)?;
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id);
+        done(self.macp.room_context(&who, req).await)
     }
 
     #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]
@@ -335,7 +386,9 @@ impl MacpMcp {
     #[tool(description = docs::GET_UPDATES, output_schema = output::<Updates>(), input_schema = input::<UpdatesQuery>())]
     async fn get_updates(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Updates> {
         let who = self.who(&ctx)?;
-        done(self.macp.updates(&who, parse(args)?).await)
+        let mut req: UpdatesQuery = parse(args)?;
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id);
+        done(self.macp.updates(&who, req).await)
     }
 
     #[tool(description = docs::ADD_ENTITY, output_schema = output::<EntityOutcome>(), input_schema = input::<AddEntity>())]
@@ -457,6 +510,7 @@ impl ServerHandler for MacpMcp {
                 .enable_tools()
                 .enable_prompts()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_logging()
                 .build(),
         )
@@ -504,8 +558,98 @@ impl ServerHandler for MacpMcp {
         out
     }
 
+    /// Every room is a resource, `macp://rooms/{room_id}` (see [`crate::push`]).
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(push::ROOM_URI_TEMPLATE, "macp_room")
+                .with_title("An investigation room")
+                .with_description(
+                    "The room's bounded context (objective, latest findings, top entities, agents). \
+                     Subscribe to be told of every change; read what changed with get_updates.",
+                )
+                .with_mime_type("application/json"),
+        ]))
+    }
+
+    /// Legacy (2025-11-25 sessions) subscription to a room: one `notifications/resources/updated`
+    /// per change, until unsubscribed or the session ends.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let room = self.subscribable(&request.uri, &ctx).await?;
+        let peer = ctx.peer.clone();
+        let uri = request.uri.clone();
+        let task = tokio::spawn(push::forward(self.macp.clone(), room, move || {
+            let (peer, uri) = (peer.clone(), uri.clone());
+            async move { peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.is_ok() }
+        }));
+        let old = self
+            .session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .subscriptions
+            .insert(request.uri, task.abort_handle());
+        if let Some(old) = old {
+            old.abort();
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if let Some(t) =
+            self.session.lock().unwrap_or_else(|p| p.into_inner()).subscriptions.remove(&request.uri)
+        {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    /// On 2026-07-28, `subscriptions/listen` may name room resources; nothing else is offered.
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let rooms: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|u| push::room_of(u).is_some())
+            .cloned()
+            .collect();
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = Some(rooms);
+        Some(accepted)
+    }
+
+    /// Forwards every change of each accepted room until the client closes the stream.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.auth(context.request_context())
+            .map_err(|_| McpError::invalid_request("no authenticated identity on this subscription", None))?;
+        let mut tasks = Vec::new();
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            let Some(room) = push::room_of(uri) else { continue };
+            let (sink, uri) = (context.sink().clone(), uri.clone());
+            tasks.push(tokio::spawn(push::forward(self.macp.clone(), room, move || {
+                let (sink, uri) = (sink.clone(), uri.clone());
+                async move { sink.notify_resource_updated(uri).await.is_ok() }
+            })));
+        }
+        context.cancelled().await;
+        for t in tasks {
+            t.abort();
+        }
+        Ok(())
+    }
+
     /// One resource: SKILL.md at `macp://skill`, for clients that read resources rather than
-    /// prompts.
+    /// prompts. (Rooms are resources too, listed as a template.)
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -523,8 +667,21 @@ impl ServerHandler for MacpMcp {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _ctx: RequestContext<RoleServer>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if let Some(room) = push::room_of(&request.uri) {
+            let who = self.who(&ctx).map_err(|_| McpError::invalid_request("not authenticated", None))?;
+            let agent = self.reading_agent(room, None);
+            let q = macp_core::service::ContextQuery { room_id: room, agent_id: agent };
+            let c = self.macp.room_context(&who, q).await.map_err(|e| resource_error(&request.uri, &e))?;
+            return Ok(ReadResourceResult::new(vec![ResourceContents::TextResourceContents {
+                uri: request.uri.clone(),
+                mime_type: Some("application/json".into()),
+                text: serde_json::to_string(&c).unwrap_or_default(),
+                meta: None,
+            }])
+            .into());
+        }
         if request.uri != docs::SKILL_URI {
             return Err(McpError::resource_not_found(
                 format!("no resource `{}`; this server has {}", request.uri, docs::SKILL_URI),

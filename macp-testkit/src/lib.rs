@@ -232,12 +232,20 @@ macro_rules! conformance_tests {
             room_context_lists_the_most_used_tags_within_budget,
             room_context_cursor_polls_exactly_what_came_after,
             a_newcomer_orients_in_a_2000_finding_room,
+            every_change_appears_once_in_commit_order,
+            writes_that_change_nothing_add_no_event,
+            updates_filter_by_kind_under_one_cursor,
+            read_positions_move_forward_only_on_ack,
+            a_waiting_reader_wakes_on_a_commit,
+            an_old_findings_cursor_is_refused_with_advice,
+            an_unknown_room_has_no_feed,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; shared;
             two_stores_on_the_same_data_keep_one_sequence,
+            a_write_elsewhere_wakes_a_waiting_reader,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; keywords;
             pending_findings_are_found_by_their_words,
@@ -257,6 +265,7 @@ macro_rules! conformance_tests {
             list_artifacts_filters_by_finding_and_entity_alias,
             idempotent_register_artifact_replays,
             merged_entities_keep_their_artifacts,
+            a_registered_artifact_is_an_event,
             artifacts_round_trip_through_presigned_urls,
             registering_a_key_never_uploaded_is_not_found,
             registration_refuses_an_object_outside_the_limits,
@@ -394,6 +403,7 @@ mod tests {
             include_str!("cases/artifacts.rs"),
             include_str!("cases/search.rs"),
             include_str!("cases/durability.rs"),
+            include_str!("cases/events.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

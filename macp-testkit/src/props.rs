@@ -7,8 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use macp_core::model::EntityType;
-use macp_core::service::{AddEntity, GraphQuery, JoinRoom, MergeEntities, PostFinding, UpdatesQuery};
+use macp_core::model::{AgentStatus, EntityType, EventKind};
+use macp_core::service::{
+    AddEntity, DeclareStatus, GraphQuery, JoinRoom, MergeEntities, PostFinding, UpdatesQuery,
+};
 use macp_core::{AgentId, EntityId, FindingId};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -46,8 +48,10 @@ where
     }
 }
 
-/// Concurrent writers (1–4, each posting 0–8 findings) and a reader polling with small pages
-/// the whole time: the reader ends with every finding exactly once, in `seq` order 1..=n.
+/// Concurrent writers (1–4, each posting 0–8 findings and declaring a status after every
+/// second one) and a reader polling the whole feed with small pages the whole time: the reader
+/// ends with every finding exactly once, in `seq` order 1..=n, and every other change exactly
+/// once, in feed order.
 pub fn prop_updates_never_skip_or_repeat<F, Fut>(factory: F)
 where
     F: Fn() -> Fut,
@@ -64,6 +68,7 @@ where
                     .join_room(&f.alice, JoinRoom::new(f.room).agent(AgentId::new(format!("w{w}")).unwrap()))
                     .await
                     .unwrap()
+                    .session
                     .agent_id;
                 let f = f.clone();
                 writers.push(tokio::spawn(async move {
@@ -75,6 +80,15 @@ where
                             .await
                             .unwrap();
                         ids.push(p.finding.finding_id);
+                        if i % 2 == 1 {
+                            f.macp
+                                .declare_status(
+                                    &f.alice,
+                                    DeclareStatus::new(f.room, ag.clone(), AgentStatus::Active),
+                                )
+                                .await
+                                .unwrap();
+                        }
                         tokio::task::yield_now().await;
                     }
                     ids
@@ -94,11 +108,13 @@ where
                 }
             };
             let mut seen: Vec<(u64, FindingId)> = Vec::new();
+            let mut events: Vec<(u64, EventKind)> = Vec::new();
             let mut cursor = None;
             // Poll while writers run…
             while writers.iter().any(|w| !w.is_finished()) {
                 let u = poll(cursor.clone()).await;
                 seen.extend(u.findings.iter().map(|x| (x.seq, x.finding_id)));
+                events.extend(u.events.iter().map(|e| (e.seq, e.kind)));
                 cursor = Some(u.cursor);
                 tokio::task::yield_now().await;
             }
@@ -110,14 +126,23 @@ where
             loop {
                 let u = poll(cursor.clone()).await;
                 seen.extend(u.findings.iter().map(|x| (x.seq, x.finding_id)));
+                events.extend(u.events.iter().map(|e| (e.seq, e.kind)));
                 cursor = Some(u.cursor);
-                if !u.has_more && u.findings.is_empty() {
+                if !u.has_more && u.findings.is_empty() && u.events.is_empty() {
                     break;
                 }
             }
             let seqs: Vec<u64> = seen.iter().map(|s| s.0).collect();
             prop_assert_eq!(seqs, (1..=total as u64).collect::<Vec<_>>());
             prop_assert_eq!(seen.iter().map(|s| s.1).collect::<HashSet<_>>(), posted);
+            // Other changes: strictly increasing feed positions (never repeated, never out of
+            // order), and exactly the joins and statuses that were made.
+            prop_assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "feed order: {:?}", events);
+            let statuses: usize = posts.iter().map(|n| n / 2).sum();
+            let count = |k: EventKind| events.iter().filter(|e| e.1 == k).count();
+            prop_assert_eq!(count(EventKind::StatusDeclared), statuses);
+            prop_assert_eq!(count(EventKind::AgentJoined), 2 + posts.len());
+            prop_assert_eq!(events.len() + total, statuses + 2 + posts.len() + total);
             Ok(())
         })
     });

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use macp_core::model::{AgentSession, AgentStatus};
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+use macp_core::model::{AgentSession, AgentStatus, Event};
 use macp_core::store::{AgentStore, AgentUpdate, Insert};
 use macp_core::{AgentId, Error, Result, RoomId, Timestamp, UserId};
 
@@ -48,24 +49,27 @@ fn agent_of(item: &Item) -> Result<AgentSession> {
 
 #[async_trait]
 impl AgentStore for AwsBackend {
-    async fn insert_agent(&self, session: &AgentSession) -> Result<Insert<AgentSession>> {
-        let r = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.agents)
-            .set_item(Some(agent_item(session)))
-            .condition_expression("attribute_not_exists(agent_id)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(Insert::Inserted(session.clone())),
-            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => self
-                .get_agent(session.room_id, &session.agent_id)
-                .await?
-                .map(Insert::Existing)
-                .ok_or_else(|| Error::backend("dynamodb", true, "agent vanished; retry", None)),
-            Err(e) => Err(aws_err("dynamodb", "PutItem", e)),
+    async fn insert_agent(&self, session: &AgentSession, event: &Event) -> Result<Insert<AgentSession>> {
+        let room = session.room_id;
+        for attempt in 0..ATTEMPTS {
+            let head = self.event_head(room).await?;
+            let mut items =
+                vec![put(&self.names.agents, agent_item(session), Some("attribute_not_exists(agent_id)"))];
+            items.extend(self.event_items(room, &head, event)?);
+            match self.transact(items, "TransactWriteItems (join)").await? {
+                Tx::Done => return Ok(Insert::Inserted(session.clone())),
+                Tx::Cancelled(reasons) if check_failed(&reasons, 0) => {
+                    return self
+                        .get_agent(room, &session.agent_id)
+                        .await?
+                        .map(Insert::Existing)
+                        .ok_or_else(|| Error::backend("dynamodb", true, "agent vanished; retry", None));
+                }
+                // Another write took the feed head: read it again.
+                Tx::Cancelled(_) => backoff(attempt).await,
+            }
         }
+        Err(gave_up("join room"))
     }
 
     async fn get_agent(&self, room_id: RoomId, agent_id: &AgentId) -> Result<Option<AgentSession>> {
@@ -98,6 +102,7 @@ impl AgentStore for AwsBackend {
         room_id: RoomId,
         agent_id: &AgentId,
         u: &AgentUpdate,
+        event: Option<&Event>,
     ) -> Result<Option<AgentSession>> {
         let key = key2("room_id", room_id.to_string(), "agent_id", agent_id.as_str());
         let mut sets = Vec::new();
@@ -133,15 +138,45 @@ impl AgentStore for AwsBackend {
                 .update_item()
                 .table_name(&self.names.agents)
                 .set_key(Some(key.clone()))
-                .update_expression(expr)
+                .update_expression(expr.clone())
                 .condition_expression("attribute_exists(agent_id)");
-            if !values.is_empty() {
-                req = req.set_expression_attribute_values(Some(values));
-            }
-            match req.send().await {
-                Ok(_) => {}
-                Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => return Ok(None),
-                Err(e) => return Err(aws_err("dynamodb", "UpdateItem", e)),
+            if let Some(event) = event {
+                // With its event, in one transaction (see `store::events`).
+                let mut upd = Update::builder()
+                    .table_name(&self.names.agents)
+                    .set_key(Some(key.clone()))
+                    .update_expression(expr)
+                    .condition_expression("attribute_exists(agent_id)");
+                if !values.is_empty() {
+                    upd = upd.set_expression_attribute_values(Some(values));
+                }
+                let upd = upd.build().map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+                let mut done = false;
+                for attempt in 0..ATTEMPTS {
+                    let head = self.event_head(room_id).await?;
+                    let mut items = vec![TransactWriteItem::builder().update(upd.clone()).build()];
+                    items.extend(self.event_items(room_id, &head, event)?);
+                    match self.transact(items, "TransactWriteItems (agent update)").await? {
+                        Tx::Done => {
+                            done = true;
+                            break;
+                        }
+                        Tx::Cancelled(reasons) if check_failed(&reasons, 0) => return Ok(None),
+                        Tx::Cancelled(_) => backoff(attempt).await,
+                    }
+                }
+                if !done {
+                    return Err(gave_up("update agent"));
+                }
+            } else {
+                if !values.is_empty() {
+                    req = req.set_expression_attribute_values(Some(values));
+                }
+                match req.send().await {
+                    Ok(_) => {}
+                    Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => return Ok(None),
+                    Err(e) => return Err(aws_err("dynamodb", "UpdateItem", e)),
+                }
             }
         }
         if let Some(t) = u.last_active {

@@ -3,27 +3,28 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use macp_core::model::Artifact;
+use macp_core::model::{Artifact, Event};
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{ArtifactId, Error, Result, RoomId};
 
 use crate::AwsBackend;
 use crate::ddb::*;
 use crate::ddb::{doc, json, s};
+use crate::store::events::lost_head;
 
 // ---------------------------------------------------------------------------------------------
 
-#[async_trait]
-impl ArtifactStore for AwsBackend {
-    async fn insert_artifact(
+impl AwsBackend {
+    /// One attempt at [`ArtifactStore::insert_artifact`]; `None` when another write took the
+    /// room's feed head first (read it again and retry).
+    async fn insert_artifact_once(
         &self,
         a: &Artifact,
         idempotency: Option<&IdempotencyKey>,
-    ) -> Result<Write<Artifact>> {
+        event: &Event,
+    ) -> Result<Option<Write<Artifact>>> {
         let room = a.room_id;
-        if let Some(rec) = self.replayed(room, idempotency).await? {
-            return Ok(Write::Replayed(rec));
-        }
+        let head = self.event_head(room).await?;
         let item = HashMap::from([
             ("room_id".to_owned(), s(room.to_string())),
             ("artifact_id".to_owned(), s(a.artifact_id.to_string())),
@@ -41,19 +42,46 @@ impl ArtifactStore for AwsBackend {
         if let Some(c) = idempotency {
             items.push(self.key_put(room, c));
         }
+        let head_at = items.len();
+        items.extend(self.event_items(room, &head, event)?);
         match self.transact(items, "TransactWriteItems (artifact)").await? {
-            Tx::Done => Ok(Write::Applied(a.clone())),
+            Tx::Done => Ok(Some(Write::Applied(a.clone()))),
             Tx::Cancelled(reasons) => {
                 let failed = |i: usize| check_failed(&reasons, i);
                 if idempotency.is_some() && failed(2) {
-                    return Ok(Write::Replayed(self.require_key(room, idempotency).await?));
+                    return Ok(Some(Write::Replayed(self.require_key(room, idempotency).await?)));
                 }
                 if failed(1) {
                     return Err(Error::AlreadyExists { what: "artifact with key", id: a.key.clone() });
                 }
+                if lost_head(&reasons, head_at) {
+                    return Ok(None);
+                }
                 Err(Error::backend("dynamodb", true, "artifact registration conflicted; retry", None))
             }
         }
+    }
+}
+
+#[async_trait]
+impl ArtifactStore for AwsBackend {
+    async fn insert_artifact(
+        &self,
+        a: &Artifact,
+        idempotency: Option<&IdempotencyKey>,
+        event: &Event,
+    ) -> Result<Write<Artifact>> {
+        let room = a.room_id;
+        for attempt in 0..ATTEMPTS {
+            if let Some(rec) = self.replayed(room, idempotency).await? {
+                return Ok(Write::Replayed(rec));
+            }
+            match self.insert_artifact_once(a, idempotency, event).await? {
+                Some(w) => return Ok(w),
+                None => backoff(attempt).await,
+            }
+        }
+        Err(gave_up("register artifact"))
     }
 
     async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, Select, TransactWriteItem, Update};
-use macp_core::model::{Entity, Identifier, Relationship};
+use macp_core::model::{Entity, Event, Identifier, Relationship};
 use macp_core::store::{
     AttachOutcome, CreateOutcome, EntityStats, EntityStore, IdempotencyKey, RelationshipKey, Write,
 };
@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use crate::AwsBackend;
 use crate::ddb::*;
 use crate::ddb::{Item, aws_err, doc, get_s, json, n, opt_n, opt_s, s};
+use crate::store::events::lost_head;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -115,38 +116,174 @@ impl AwsBackend {
     }
 }
 
+impl AwsBackend {
+    /// One attempt at [`EntityStore::merge_entities`]; `None` when another write took the
+    /// room's feed head first (read it again and retry).
+    async fn merge_once(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+        event: &Event,
+    ) -> Result<Option<Entity>> {
+        let head = self.event_head(room_id).await?;
+        let (mut w, wv) =
+            self.entity(room_id, winner).await?.ok_or_else(|| Error::not_found("entity", winner))?;
+        let (mut l, lv) =
+            self.entity(room_id, loser).await?.ok_or_else(|| Error::not_found("entity", loser))?;
+        if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
+            return Err(Error::conflict("one of the entities was merged concurrently"));
+        }
+        w.absorb(&l);
+        l.merged_into = Some(winner);
+        let mut items = vec![
+            self.cond_update(
+                &self.names.entities,
+                key2("room_id", room_id.to_string(), "entity_id", loser.to_string()),
+                serde_json::to_value(&l).unwrap_or_default(),
+                lv,
+                " AND attribute_not_exists(merged_into)",
+                Some(("merged_into", s(winner.to_string()))),
+            )?,
+            self.cond_update(
+                &self.names.entities,
+                key2("room_id", room_id.to_string(), "entity_id", winner.to_string()),
+                serde_json::to_value(&w).unwrap_or_default(),
+                wv,
+                " AND attribute_not_exists(merged_into)",
+                None,
+            )?,
+        ];
+        let head_at = items.len();
+        items.extend(self.event_items(room_id, &head, event)?);
+        match self.transact(items, "TransactWriteItems (merge)").await? {
+            Tx::Done => Ok(Some(w)),
+            Tx::Cancelled(reasons) if check_failed(&reasons, 0) || check_failed(&reasons, 1) => {
+                Err(Error::conflict("one of the entities changed concurrently"))
+            }
+            Tx::Cancelled(reasons) if lost_head(&reasons, head_at) => Ok(None),
+            Tx::Cancelled(_) => Err(Error::conflict("one of the entities changed concurrently")),
+        }
+    }
+
+    async fn put_relationship_with(
+        &self,
+        rel: &Relationship,
+        idempotency: Option<&IdempotencyKey>,
+        event: &Event,
+    ) -> Result<Write<(Relationship, bool)>> {
+        let room = rel.room_id;
+        let key = RelationshipKey::of(rel);
+        for attempt in 0..ATTEMPTS {
+            if let Some(rec) = self.replayed(room, idempotency).await? {
+                return Ok(Write::Replayed(rec));
+            }
+            let existing = self.get_item(&self.names.relationships, rel_key(room, &key), "GetItem").await?;
+            let head = self.event_head(room).await?;
+            let mut changed = true;
+            let (stored, created, mut items) = match existing {
+                None => {
+                    let rooms_bump = Update::builder()
+                        .table_name(&self.names.rooms)
+                        .key("room_id", s(room.to_string()))
+                        .update_expression("ADD rel_count :one")
+                        .expression_attribute_values(":one", n(1))
+                        .build()
+                        .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+                    let items = vec![
+                        put(&self.names.relationships, rel_item(rel, 0), Some("attribute_not_exists(pk)")),
+                        TransactWriteItem::builder().update(rooms_bump).build(),
+                    ];
+                    (rel.clone(), true, items)
+                }
+                Some(item) => {
+                    let mut r: Relationship = doc(&item)?;
+                    let version = opt_n(&item, "version").unwrap_or(0);
+                    let before = r.clone();
+                    r.absorb(rel);
+                    changed = r != before;
+                    let u = self.cond_update(
+                        &self.names.relationships,
+                        rel_key(room, &key),
+                        serde_json::to_value(&r).unwrap_or_default(),
+                        version,
+                        "",
+                        None,
+                    )?;
+                    (r, false, vec![u])
+                }
+            };
+            if let Some(c) = idempotency {
+                items.push(self.key_put(room, c));
+            }
+            let key_at = items.len().saturating_sub(1);
+            if changed {
+                items.extend(self.event_items(room, &head, event)?);
+            }
+            match self.transact(items, "TransactWriteItems (relationship)").await? {
+                Tx::Done => return Ok(Write::Applied((stored, created))),
+                Tx::Cancelled(reasons) => {
+                    if idempotency.is_some() && check_failed(&reasons, key_at) {
+                        return Ok(Write::Replayed(self.require_key(room, idempotency).await?));
+                    }
+                    backoff(attempt).await;
+                }
+            }
+        }
+        Err(gave_up("put relationship"))
+    }
+}
+
 #[async_trait]
 impl EntityStore for AwsBackend {
     async fn create_entity(
         &self,
         entity: &Entity,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<CreateOutcome> {
         let room = entity.room_id;
-        if let Some(rec) = self.replayed(room, idempotency).await? {
-            return Ok(CreateOutcome::Replayed(rec));
-        }
-        let mut items =
-            vec![put(&self.names.entities, entity_item(entity, 0), Some("attribute_not_exists(entity_id)"))];
-        items.extend(entity.identifiers.iter().map(|i| self.ident_put(room, i, entity.entity_id)));
-        if let Some(c) = idempotency {
-            items.push(self.key_put(room, c));
-        }
-        match self.transact(items, "TransactWriteItems (create entity)").await? {
-            Tx::Done => Ok(CreateOutcome::Created(entity.clone())),
-            Tx::Cancelled(reasons) => {
-                let failed = |i: usize| check_failed(&reasons, i);
-                let n_ids = entity.identifiers.len();
-                if idempotency.is_some() && failed(1 + n_ids) {
-                    return Ok(CreateOutcome::Replayed(self.require_key(room, idempotency).await?));
+        for attempt in 0..ATTEMPTS {
+            if let Some(rec) = self.replayed(room, idempotency).await? {
+                return Ok(CreateOutcome::Replayed(rec));
+            }
+            let head = self.event_head(room).await?;
+            let mut items = vec![put(
+                &self.names.entities,
+                entity_item(entity, 0),
+                Some("attribute_not_exists(entity_id)"),
+            )];
+            items.extend(entity.identifiers.iter().map(|i| self.ident_put(room, i, entity.entity_id)));
+            if let Some(c) = idempotency {
+                items.push(self.key_put(room, c));
+            }
+            let head_at = items.len();
+            items.extend(self.event_items(room, &head, event)?);
+            match self.transact(items, "TransactWriteItems (create entity)").await? {
+                Tx::Done => return Ok(CreateOutcome::Created(entity.clone())),
+                Tx::Cancelled(reasons) => {
+                    let failed = |i: usize| check_failed(&reasons, i);
+                    let n_ids = entity.identifiers.len();
+                    if idempotency.is_some() && failed(1 + n_ids) {
+                        return Ok(CreateOutcome::Replayed(self.require_key(room, idempotency).await?));
+                    }
+                    let taken = self.holders(room, &entity.identifiers).await?;
+                    if !taken.is_empty() {
+                        return Ok(CreateOutcome::IdentifiersTaken(taken));
+                    }
+                    if !lost_head(&reasons, head_at) {
+                        return Err(Error::backend(
+                            "dynamodb",
+                            true,
+                            "entity creation conflicted; retry",
+                            None,
+                        ));
+                    }
+                    backoff(attempt).await;
                 }
-                let taken = self.holders(room, &entity.identifiers).await?;
-                if taken.is_empty() {
-                    return Err(Error::backend("dynamodb", true, "entity creation conflicted; retry", None));
-                }
-                Ok(CreateOutcome::IdentifiersTaken(taken))
             }
         }
+        Err(gave_up("create entity"))
     }
 
     async fn attach_to_entity(
@@ -156,6 +293,7 @@ impl EntityStore for AwsBackend {
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<AttachOutcome> {
         for attempt in 0..ATTEMPTS {
             if let Some(rec) = self.replayed(room_id, idempotency).await? {
@@ -175,8 +313,11 @@ impl EntityStore for AwsBackend {
                     None => added.push(i.clone()),
                 }
             }
+            let before = e.clone();
             e.add_identifiers(added.iter().cloned());
             e.add_missing_properties(properties);
+            let changed = e != before;
+            let head = if changed { self.event_head(room_id).await? } else { Default::default() };
             let key = key2("room_id", room_id.to_string(), "entity_id", entity_id.to_string());
             let mut items = vec![self.cond_update(
                 &self.names.entities,
@@ -190,10 +331,14 @@ impl EntityStore for AwsBackend {
             if let Some(c) = idempotency {
                 items.push(self.key_put(room_id, c));
             }
+            let key_at = items.len().saturating_sub(1);
+            if changed {
+                items.extend(self.event_items(room_id, &head, event)?);
+            }
             match self.transact(items, "TransactWriteItems (attach)").await? {
                 Tx::Done => return Ok(AttachOutcome::Attached { entity: e, held_elsewhere }),
                 Tx::Cancelled(reasons) => {
-                    if idempotency.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
+                    if idempotency.is_some() && check_failed(&reasons, key_at) {
                         return Ok(AttachOutcome::Replayed(self.require_key(room_id, idempotency).await?));
                     }
                     backoff(attempt).await;
@@ -268,98 +413,30 @@ impl EntityStore for AwsBackend {
         self.holders(room_id, identifiers).await
     }
 
-    async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
-        let (mut w, wv) =
-            self.entity(room_id, winner).await?.ok_or_else(|| Error::not_found("entity", winner))?;
-        let (mut l, lv) =
-            self.entity(room_id, loser).await?.ok_or_else(|| Error::not_found("entity", loser))?;
-        if winner == loser || w.merged_into.is_some() || l.merged_into.is_some() {
-            return Err(Error::conflict("one of the entities was merged concurrently"));
+    async fn merge_entities(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+        event: &Event,
+    ) -> Result<Entity> {
+        for attempt in 0..ATTEMPTS {
+            match self.merge_once(room_id, winner, loser, event).await? {
+                Some(w) => return Ok(w),
+                None => backoff(attempt).await,
+            }
         }
-        w.absorb(&l);
-        l.merged_into = Some(winner);
-        let items = vec![
-            self.cond_update(
-                &self.names.entities,
-                key2("room_id", room_id.to_string(), "entity_id", loser.to_string()),
-                serde_json::to_value(&l).unwrap_or_default(),
-                lv,
-                " AND attribute_not_exists(merged_into)",
-                Some(("merged_into", s(winner.to_string()))),
-            )?,
-            self.cond_update(
-                &self.names.entities,
-                key2("room_id", room_id.to_string(), "entity_id", winner.to_string()),
-                serde_json::to_value(&w).unwrap_or_default(),
-                wv,
-                " AND attribute_not_exists(merged_into)",
-                None,
-            )?,
-        ];
-        match self.transact(items, "TransactWriteItems (merge)").await? {
-            Tx::Done => Ok(w),
-            Tx::Cancelled(_) => Err(Error::conflict("one of the entities changed concurrently")),
-        }
+        Err(gave_up("merge entities"))
     }
 
     async fn put_relationship(
         &self,
         rel: &Relationship,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<(Relationship, bool)>> {
-        let room = rel.room_id;
-        let key = RelationshipKey::of(rel);
-        for attempt in 0..ATTEMPTS {
-            if let Some(rec) = self.replayed(room, idempotency).await? {
-                return Ok(Write::Replayed(rec));
-            }
-            let existing = self.get_item(&self.names.relationships, rel_key(room, &key), "GetItem").await?;
-            let (stored, created, mut items) = match existing {
-                None => {
-                    let rooms_bump = Update::builder()
-                        .table_name(&self.names.rooms)
-                        .key("room_id", s(room.to_string()))
-                        .update_expression("ADD rel_count :one")
-                        .expression_attribute_values(":one", n(1))
-                        .build()
-                        .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
-                    let items = vec![
-                        put(&self.names.relationships, rel_item(rel, 0), Some("attribute_not_exists(pk)")),
-                        TransactWriteItem::builder().update(rooms_bump).build(),
-                    ];
-                    (rel.clone(), true, items)
-                }
-                Some(item) => {
-                    let mut r: Relationship = doc(&item)?;
-                    let version = opt_n(&item, "version").unwrap_or(0);
-                    r.absorb(rel);
-                    let u = self.cond_update(
-                        &self.names.relationships,
-                        rel_key(room, &key),
-                        serde_json::to_value(&r).unwrap_or_default(),
-                        version,
-                        "",
-                        None,
-                    )?;
-                    (r, false, vec![u])
-                }
-            };
-            if let Some(c) = idempotency {
-                items.push(self.key_put(room, c));
-            }
-            match self.transact(items, "TransactWriteItems (relationship)").await? {
-                Tx::Done => return Ok(Write::Applied((stored, created))),
-                Tx::Cancelled(reasons) => {
-                    if idempotency.is_some() && check_failed(&reasons, reasons.len().saturating_sub(1)) {
-                        return Ok(Write::Replayed(self.require_key(room, idempotency).await?));
-                    }
-                    backoff(attempt).await;
-                }
-            }
-        }
-        Err(gave_up("put relationship"))
+        self.put_relationship_with(rel, idempotency, event).await
     }
-
     async fn get_relationship(&self, room_id: RoomId, key: &RelationshipKey) -> Result<Option<Relationship>> {
         self.get_item(&self.names.relationships, rel_key(room_id, key), "GetItem")
             .await?

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use macp_core::model::{Finding, IndexStatus};
+use macp_core::model::{Event, Finding, IndexStatus};
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
 use macp_core::{Error, FindingId, Result, RoomId, Timestamp};
@@ -50,17 +50,19 @@ impl FindingStore for AwsBackend {
         &self,
         f: &Finding,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Finding>> {
         let room_key = HashMap::from([("room_id".to_owned(), s(f.room_id.to_string()))]);
         for attempt in 0..ATTEMPTS {
             if let Some(rec) = self.replayed(f.room_id, idempotency).await? {
                 return Ok(Write::Replayed(rec));
             }
-            let room = self
-                .get_item(&self.names.rooms, room_key.clone(), "GetItem")
-                .await?
-                .filter(|i| i.contains_key("doc"))
-                .ok_or_else(|| Error::not_found("room", f.room_id))?;
+            let (room, head) = tokio::try_join!(
+                self.get_item(&self.names.rooms, room_key.clone(), "GetItem"),
+                self.event_head(f.room_id),
+            )?;
+            let room =
+                room.filter(|i| i.contains_key("doc")).ok_or_else(|| Error::not_found("room", f.room_id))?;
             let last = get_n(&room, "last_seq")? as u64;
             let seq = last + 1;
             // The room's counter moves from `last` to `seq` only if nobody else moved it.
@@ -97,6 +99,7 @@ impl FindingStore for AwsBackend {
             if let Some(c) = idempotency {
                 items.push(self.key_put(f.room_id, c));
             }
+            items.extend(self.event_items(f.room_id, &head, event)?);
             match self.transact(items, "TransactWriteItems (append finding)").await? {
                 Tx::Done => {
                     let mut stored = f.clone();

@@ -3,6 +3,7 @@
 mod agents;
 mod artifacts;
 mod entities;
+mod events;
 mod findings;
 mod rooms;
 mod search;

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::AttributeValue;
-use macp_core::model::{Room, RoomStatus};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use macp_core::model::{Event, Room, RoomStatus};
 use macp_core::store::{RoomKey, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 
 use crate::AwsBackend;
-use crate::ddb::{Item, aws_err, code_of, doc, get_s, json, n, opt_n, opt_s, s};
+use crate::ddb::*;
 
 // ---------------------------------------------------------------------------------------------
 
@@ -61,10 +61,14 @@ impl RoomStore for AwsBackend {
         }
     }
 
-    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
-        let r = self
-            .ddb
-            .update_item()
+    async fn close_room(
+        &self,
+        room_id: RoomId,
+        at: Timestamp,
+        by: &UserId,
+        event: &Event,
+    ) -> Result<Option<Room>> {
+        let close = Update::builder()
             .table_name(&self.names.rooms)
             .key("room_id", s(room_id.to_string()))
             .update_expression("SET #st = :closed, closed_at = :at, closed_by = :by")
@@ -74,14 +78,20 @@ impl RoomStore for AwsBackend {
             .expression_attribute_values(":active", s("active"))
             .expression_attribute_values(":at", n(at.as_millis()))
             .expression_attribute_values(":by", s(by.as_str()))
-            .send()
-            .await;
-        match r {
-            Ok(_) => {}
-            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => {}
-            Err(e) => return Err(aws_err("dynamodb", "UpdateItem", e)),
+            .build()
+            .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+        for attempt in 0..ATTEMPTS {
+            let head = self.event_head(room_id).await?;
+            let mut items = vec![TransactWriteItem::builder().update(close.clone()).build()];
+            items.extend(self.event_items(room_id, &head, event)?);
+            match self.transact(items, "TransactWriteItems (close room)").await? {
+                // Closed now, or closed already (first close wins) or absent: read it.
+                Tx::Done => return self.get_room(room_id).await,
+                Tx::Cancelled(reasons) if check_failed(&reasons, 0) => return self.get_room(room_id).await,
+                Tx::Cancelled(_) => backoff(attempt).await,
+            }
         }
-        self.get_room(room_id).await
+        Err(gave_up("close room"))
     }
 
     async fn list_rooms(

@@ -7,7 +7,7 @@ use crate::blob::BlobStore;
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp};
-use crate::model::Artifact;
+use crate::model::{Artifact, Event, EventKind};
 use crate::store::{ArtifactQuery, Write, WriteOperation};
 use crate::validate;
 
@@ -497,8 +497,18 @@ impl Macp {
             artifact.artifact_id.to_string(),
             now,
         );
-        let (mut stored, replayed) = match store.insert_artifact(&artifact, keyed.as_ref()).await? {
-            Write::Applied(a) => (a, false),
+        let said = match &artifact.description {
+            Some(d) => format!("{} ({}, {} bytes): {d}", artifact.key, artifact.content_type, artifact.size),
+            None => format!("{} ({}, {} bytes)", artifact.key, artifact.content_type, artifact.size),
+        };
+        let event = Event::new(EventKind::ArtifactRegistered, now, who.user_id.clone(), &said)
+            .agent(&session.agent_id)
+            .artifact(artifact.artifact_id);
+        let (mut stored, replayed) = match store.insert_artifact(&artifact, keyed.as_ref(), &event).await? {
+            Write::Applied(a) => {
+                self.changed(req.room_id);
+                (a, false)
+            }
             Write::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::RegisterArtifact, &print)?;
                 let id: ArtifactId = rec.result_id.parse()?;

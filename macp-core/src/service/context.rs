@@ -2,15 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::findings::{resolve_refs, updates_cursor};
+use super::events::{Unread, feed_cursor};
+use super::findings::resolve_refs;
 use super::rooms::AgentCounts;
 use super::{Macp, Principal};
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::limits::ContextCaps;
-use crate::model::{AgentSession, EntityType, Finding, Identifier, Room};
+use crate::model::{AgentSession, EntityType, EventKind, Finding, Identifier, Room};
 use crate::store::FindingQuery;
 
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit
@@ -97,6 +98,31 @@ pub struct ContextAgents {
     pub items: Vec<AgentSession>,
 }
 
+/// `get_room_context`: which room, and as which agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ContextQuery {
+    /// The room.
+    pub room_id: RoomId,
+    /// Which of your agents to count unread changes for; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl From<RoomId> for ContextQuery {
+    fn from(room_id: RoomId) -> Self {
+        Self { room_id, agent_id: None }
+    }
+}
+
+impl ContextQuery {
+    /// The context of `room_id` as `agent_id` (with its unread counts).
+    pub fn agent(room_id: RoomId, agent_id: AgentId) -> Self {
+        Self { room_id, agent_id: Some(agent_id) }
+    }
+}
+
 /// `get_room_context`: a bounded snapshot for a fresh agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
@@ -120,18 +146,32 @@ pub struct RoomContext {
     pub artifact_count: u64,
     /// The caps this snapshot was cut to.
     pub caps: ContextCaps,
-    /// Poll get_updates from here: it returns exactly the findings committed after the newest
-    /// one this context saw.
+    /// Poll get_updates from here: it returns exactly the changes committed after this
+    /// snapshot (no finding shown here is returned again).
     pub cursor: String,
+    /// What your agent has not acknowledged yet (when the context is read as an agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unread: Option<Unread>,
 }
 
 impl Macp {
     /// A bounded snapshot of a room: the objective, the N most recent findings, the top-K
     /// entities by relationship degree, agents and their statuses, totals, the caps used, and a
     /// cursor to poll updates from. The serialised snapshot never exceeds the byte budget.
-    pub async fn room_context(&self, _who: &Principal, room_id: RoomId) -> Result<RoomContext> {
+    pub async fn room_context(&self, who: &Principal, q: impl Into<ContextQuery>) -> Result<RoomContext> {
+        let ContextQuery { room_id, agent_id } = q.into();
         let caps = self.inner.caps.clone();
         let store = &self.inner.store;
+        let unread = match &agent_id {
+            Some(a) => {
+                let agent = self.agent_session(who, room_id, Some(a)).await?.agent_id;
+                Some(self.unread(room_id, &agent).await?)
+            }
+            None => None,
+        };
+        // The feed's head before the snapshot: the cursor. Findings posted after it are left
+        // out below, so get_updates from the cursor neither repeats nor skips one.
+        let head = store.last_event_seq(room_id).await?;
         // Independent reads, at once: on a networked store (DynamoDB) each is a round trip.
         let latest_query = FindingQuery::latest(caps.findings);
         let (room, aliases, stats, mut latest, entity_stats, mut agents, artifact_count) = tokio::try_join!(
@@ -143,12 +183,14 @@ impl Macp {
             store.list_agents(room_id),
             store.count_artifacts(room_id),
         )?;
+        let later = store.list_events(room_id, head, &[EventKind::FindingPosted], 10_000).await?;
+        latest.retain(|f| !later.iter().any(|e| e.finding_id == Some(f.finding_id)));
         resolve_refs(&aliases, &mut latest)?;
         latest.reverse();
         // Sequence numbers are gap-free from 1, so the newest finding read names the total
         // consistently with what is shown, even while others are posting.
         let newest_seq = latest.last().map_or(0, |f| f.seq);
-        let total = newest_seq;
+        let total = newest_seq.max(stats.total.saturating_sub(later.len() as u64));
         let top = self.top_entities(room_id, &aliases, caps.entities).await?;
         let counts = AgentCounts::of(&agents);
         agents.sort_by(|a, b| b.last_active.cmp(&a.last_active).then(a.agent_id.cmp(&b.agent_id)));
@@ -182,7 +224,8 @@ impl Macp {
             agents: ContextAgents { counts, shown: agents.len(), items: agents },
             artifact_count,
             caps,
-            cursor: updates_cursor(room_id, newest_seq),
+            cursor: feed_cursor(room_id, head),
+            unread,
         };
         fit_budget(&mut ctx);
         Ok(ctx)

@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 use super::{Aliases, Macp, Principal, check_replay, fingerprint, idempotency_key};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, RoomId};
-use crate::model::{Entity, EntityType, Evidence, Identifier, Relationship, identifier_union};
+use crate::model::{
+    Entity, EntityType, Event, EventKind, Evidence, Identifier, Relationship, identifier_union,
+};
 use crate::store::{AttachOutcome, CreateOutcome, RelationshipKey, Write, WriteOperation};
 use crate::validate;
 
@@ -335,8 +337,17 @@ impl Macp {
                 format!("created:{}", entity.entity_id),
                 now,
             );
-            match store.create_entity(&entity, keyed.as_ref()).await? {
+            let event = Event::new(
+                EventKind::EntityAdded,
+                now,
+                who.user_id.clone(),
+                &format!("{} {}", entity.entity_type, entity.name),
+            )
+            .agent(&session.agent_id)
+            .entities([entity.entity_id]);
+            match store.create_entity(&entity, keyed.as_ref(), &event).await? {
                 CreateOutcome::Created(e) => {
+                    self.changed(req.room_id);
                     self.touch(&session).await;
                     return Ok(EntityOutcome {
                         entity: e,
@@ -394,11 +405,27 @@ impl Macp {
             format!("attached:{target}"),
             now,
         );
+        let new: Vec<String> = identifiers
+            .iter()
+            .filter(|i| !existing.identifiers.contains(i))
+            .map(|i| format!("{}:{}", i.id_type, i.value))
+            .collect();
+        let said = if new.is_empty() {
+            format!("{}: new properties", existing.name)
+        } else {
+            format!("{}: + {}", existing.name, new.join(", "))
+        };
+        let event = Event::new(EventKind::IdentifiersAttached, now, who.user_id.clone(), &said)
+            .agent(&session.agent_id)
+            .entities([target]);
         match store
-            .attach_to_entity(req.room_id, target, &identifiers, &req.properties, keyed.as_ref())
+            .attach_to_entity(req.room_id, target, &identifiers, &req.properties, keyed.as_ref(), &event)
             .await?
         {
             AttachOutcome::Attached { entity, held_elsewhere } => {
+                if entity != existing {
+                    self.changed(req.room_id);
+                }
                 self.touch(&session).await;
                 let matched: Vec<Identifier> = taken.iter().map(|(i, _)| i.clone()).collect();
                 let elsewhere = held_elsewhere
@@ -540,8 +567,19 @@ impl Macp {
         }
         let keyed =
             idempotency_key(key.as_ref(), WriteOperation::AddRelationship, &print, rkey.encode(), now);
-        let (stored, created, replayed) = match store.put_relationship(&rel, keyed.as_ref()).await? {
-            Write::Applied((r, created)) => (r, created, false),
+        let event = Event::new(
+            EventKind::RelationshipAdded,
+            now,
+            who.user_id.clone(),
+            &format!("{} {} {}", source.name, rel.relationship_type, target.name),
+        )
+        .agent(&session.agent_id)
+        .entities([source.entity_id, target.entity_id]);
+        let (stored, created, replayed) = match store.put_relationship(&rel, keyed.as_ref(), &event).await? {
+            Write::Applied((r, created)) => {
+                self.changed(req.room_id);
+                (r, created, false)
+            }
             Write::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::AddRelationship, &print)?;
                 let k = RelationshipKey::decode(&rec.result_id)
@@ -577,9 +615,18 @@ impl Macp {
                 let entity = self.graph_entity(req.room_id, &aliases, winner).await?;
                 return Ok(MergeOutcome { entity, already_merged: true });
             }
-            self.check_merged_identifiers(req.room_id, winner, loser).await?;
-            match self.inner.store.merge_entities(req.room_id, winner, loser).await {
+            let (w, lo) = self.check_merged_identifiers(req.room_id, winner, loser).await?;
+            let event = Event::new(
+                EventKind::EntitiesMerged,
+                self.now(),
+                who.user_id.clone(),
+                &format!("{} merged into {}", lo.name, w.name),
+            )
+            .agent(&session.agent_id)
+            .entities([winner, loser]);
+            match self.inner.store.merge_entities(req.room_id, winner, loser, &event).await {
                 Ok(_) => {
+                    self.changed(req.room_id);
                     self.touch(&session).await;
                     let aliases = self.aliases(req.room_id).await?;
                     let entity = self.graph_entity(req.room_id, &aliases, winner).await?;
@@ -602,7 +649,7 @@ impl Macp {
         room_id: RoomId,
         winner: EntityId,
         loser: EntityId,
-    ) -> Result<()> {
+    ) -> Result<(Entity, Entity)> {
         let max = self.inner.limits.max_identifiers;
         let w = self.canonical_entity(room_id, winner).await?;
         let lo = self.canonical_entity(room_id, loser).await?;
@@ -620,7 +667,7 @@ impl Macp {
                 limit: Some(max as u64),
             });
         }
-        Ok(())
+        Ok((w, lo))
     }
 
     async fn graph_entity(&self, room_id: RoomId, aliases: &Aliases, id: EntityId) -> Result<GraphEntity> {

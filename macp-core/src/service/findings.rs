@@ -6,7 +6,7 @@ use super::{Aliases, Macp, Principal, check_replay, digest, fingerprint, idempot
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
-use crate::model::{Evidence, Finding, IndexStatus};
+use crate::model::{Event, EventKind, Evidence, Finding, IndexStatus};
 use crate::store::{FindingQuery, Write, WriteOperation};
 use crate::validate;
 
@@ -169,53 +169,6 @@ pub struct FindingPage {
     pub next_cursor: Option<String>,
 }
 
-/// `get_updates`: what was committed since your cursor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct UpdatesQuery {
-    /// The room.
-    pub room_id: RoomId,
-    /// The `cursor` from your previous get_updates or get_room_context; omit to start at the
-    /// first finding.
-    #[serde(default)]
-    pub cursor: Option<String>,
-    /// Page size (default 100, at most 500).
-    #[serde(default)]
-    pub limit: Option<usize>,
-}
-
-impl UpdatesQuery {
-    /// Updates of `room_id` from its first finding.
-    pub fn new(room_id: RoomId) -> Self {
-        Self { room_id, cursor: None, limit: None }
-    }
-
-    /// From this cursor (a `String`, or an `Option` of one: `None` is the start).
-    pub fn cursor(mut self, cursor: impl Into<Option<String>>) -> Self {
-        self.cursor = cursor.into();
-        self
-    }
-
-    /// Page size.
-    pub fn limit(mut self, limit: usize) -> Self {
-        self.limit = Some(limit);
-        self
-    }
-}
-
-/// Findings committed since a cursor, and the cursor to poll from next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct Updates {
-    /// New findings in commit order.
-    pub findings: Vec<Finding>,
-    /// Pass to the next get_updates. Never moves past a finding that was not returned.
-    pub cursor: String,
-    /// More findings are already waiting: call again right away.
-    pub has_more: bool,
-}
-
 #[derive(Serialize)]
 struct FindingFingerprint<'a> {
     agent_id: &'a AgentId,
@@ -280,22 +233,26 @@ impl Macp {
             finding.finding_id.to_string(),
             now,
         );
+        let event = Event::new(EventKind::FindingPosted, now, who.user_id.clone(), &finding.content)
+            .agent(&session.agent_id)
+            .finding(finding.finding_id);
         // Where the index is the store itself, the vector is written with the post, which is
         // then never pending; otherwise (or if the store declines) the post is committed pending
         // and indexed after (see `service::search`).
         let with_vector = match self.vector_for_post(&finding).await {
             Some(v) => {
                 let indexed = Finding { index_status: IndexStatus::Indexed, ..finding.clone() };
-                self.inner.store.append_finding_with_vector(&indexed, keyed.as_ref(), &v).await?
+                self.inner.store.append_finding_with_vector(&indexed, keyed.as_ref(), &v, &event).await?
             }
             None => None,
         };
         let (outcome, indexed) = match with_vector {
             Some(w) => (w, true),
-            None => (self.inner.store.append_finding(&finding, keyed.as_ref()).await?, false),
+            None => (self.inner.store.append_finding(&finding, keyed.as_ref(), &event).await?, false),
         };
         let (stored, replayed) = match outcome {
             Write::Applied(mut f) => {
+                self.changed(req.room_id);
                 if !indexed {
                     self.index_after_post(&mut f).await;
                 }
@@ -385,41 +342,6 @@ impl Macp {
         resolve_refs(&self.aliases(q.room_id).await?, &mut findings)?;
         Ok(FindingPage { findings, next_cursor })
     }
-
-    /// Findings committed after `cursor`, in commit order, and the next cursor. Never skips and
-    /// never repeats a finding across calls (see [`crate::cursor`]).
-    pub async fn updates(&self, _who: &Principal, q: UpdatesQuery) -> Result<Updates> {
-        let l = &self.inner.limits;
-        self.room(q.room_id).await?;
-        let limit = validate::page_size("limit", q.limit, l.default_updates_page, l.max_updates_page)?;
-        let after_seq = match &q.cursor {
-            None => 0,
-            Some(c) => decode_updates_cursor(q.room_id, c)?,
-        };
-        let mut findings =
-            self.inner.store.list_findings(q.room_id, &FindingQuery::after(after_seq, limit + 1)).await?;
-        let has_more = findings.len() > limit;
-        findings.truncate(limit);
-        let last = findings.last().map_or(after_seq, |f| f.seq);
-        resolve_refs(&self.aliases(q.room_id).await?, &mut findings)?;
-        Ok(Updates { findings, cursor: updates_cursor(q.room_id, last), has_more })
-    }
-}
-
-/// The updates cursor positioned after `seq`.
-pub(crate) fn updates_cursor(room_id: RoomId, seq: u64) -> String {
-    cursor::encode("u1", &[&room_id.to_string(), &seq.to_string()])
-}
-
-fn decode_updates_cursor(room_id: RoomId, c: &str) -> Result<u64> {
-    let p = cursor::decode("cursor", "u1", c, 2)?;
-    if p[0] != room_id.to_string() {
-        return Err(Error::invalid(
-            "cursor",
-            "this cursor belongs to another room; use the cursor returned for this room, or omit it",
-        ));
-    }
-    p[1].parse().map_err(|_| Error::invalid("cursor", "malformed cursor"))
 }
 
 /// Rewrites findings' entity refs to canonical ids (merged entities resolve to their winner).

@@ -22,6 +22,7 @@
 mod artifacts;
 mod context;
 mod entities;
+mod events;
 mod findings;
 mod rooms;
 mod search;
@@ -38,15 +39,17 @@ pub use artifacts::{
     RequestUpload, UploadTicket,
 };
 pub use context::{
-    ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, RoomContext,
+    ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, ContextQuery, RoomContext,
 };
 pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
 };
-pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery, Updates, UpdatesQuery};
+pub use events::{RoomWatch, SHARED_POLL, Unread, Updates, UpdatesQuery};
+pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{
-    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomFilter, RoomPage, RoomRef, RoomSummary,
+    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, Joined, ListRooms, RoomFilter, RoomPage, RoomRef,
+    RoomSummary,
 };
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 
@@ -210,6 +213,7 @@ impl MacpBuilder {
                 limits: self.limits,
                 caps: self.context_caps,
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+                feed: Arc::default(),
             }),
         })
     }
@@ -230,6 +234,7 @@ struct Inner {
     limits: Limits,
     caps: ContextCaps,
     clock: Arc<dyn Clock>,
+    feed: Arc<events::Feed>,
 }
 
 impl fmt::Debug for Macp {
@@ -314,7 +319,7 @@ impl Macp {
             return;
         }
         let update = crate::store::AgentUpdate { last_active: Some(now), ..Default::default() };
-        let _ = self.inner.store.update_agent(session.room_id, &session.agent_id, &update).await;
+        let _ = self.inner.store.update_agent(session.room_id, &session.agent_id, &update, None).await;
     }
 
     /// The alias map of a room's merged entities.

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::events::Unread;
 use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, RoomId, Timestamp};
-use crate::model::{AgentSession, AgentStatus, Room, RoomStatus, VisibilityMode};
+use crate::model::{AgentSession, AgentStatus, Event, EventKind, Room, RoomStatus, VisibilityMode};
 use crate::store::{AgentUpdate, Insert, RoomKey};
 use crate::validate;
 
@@ -81,6 +82,25 @@ impl JoinRoom {
     pub fn agent_type(mut self, agent_type: impl Into<String>) -> Self {
         self.agent_type = Some(agent_type.into());
         self
+    }
+}
+
+/// `join_room`'s answer: your agent's session, and what it has not acknowledged yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Joined {
+    /// Your agent in the room.
+    #[serde(flatten)]
+    pub session: AgentSession,
+    /// Changes you have not acknowledged (all of the room for a new agent): catch up with
+    /// get_updates, or orient with get_room_context first when there are many.
+    pub unread: Unread,
+}
+
+impl std::ops::Deref for Joined {
+    type Target = AgentSession;
+    fn deref(&self) -> &AgentSession {
+        &self.session
     }
 }
 
@@ -278,8 +298,15 @@ impl Macp {
     }
 
     /// Registers an agent in a room, or refreshes it if the same user rejoins with the same
-    /// agent id. An agent id already joined by another user is `permission_denied`.
-    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
+    /// agent id. An agent id already joined by another user is `permission_denied`. The answer
+    /// says how much of the room the agent has not acknowledged yet.
+    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<Joined> {
+        let session = self.join(who, req).await?;
+        let unread = self.unread(session.room_id, &session.agent_id).await?;
+        Ok(Joined { session, unread })
+    }
+
+    async fn join(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let agent_type = validate::optional_text("agent_type", req.agent_type.as_deref(), l.max_label_bytes)?;
@@ -308,8 +335,13 @@ impl Macp {
             status_reason: None,
             status_updated_at: now,
         };
-        match store.insert_agent(&session).await? {
-            Insert::Inserted(s) => Ok(s),
+        let what = agent_type.as_deref().map_or_else(|| "joined".to_owned(), |t| format!("joined ({t})"));
+        let event = Event::new(EventKind::AgentJoined, now, who.user_id.clone(), &what).agent(&agent_id);
+        match store.insert_agent(&session, &event).await? {
+            Insert::Inserted(s) => {
+                self.changed(req.room_id);
+                Ok(s)
+            }
             Insert::Existing(s) if s.user_id != who.user_id => Err(Error::PermissionDenied {
                 message: format!(
                     "agent id `{agent_id}` in this room was joined by another user; join with a different agent_id"
@@ -318,7 +350,7 @@ impl Macp {
             Insert::Existing(_) => {
                 let update = AgentUpdate { last_active: Some(now), agent_type, status: None };
                 store
-                    .update_agent(req.room_id, &agent_id, &update)
+                    .update_agent(req.room_id, &agent_id, &update, None)
                     .await?
                     .ok_or_else(|| Error::not_found("agent", &agent_id))
             }
@@ -328,11 +360,23 @@ impl Macp {
     /// Closes a room. It stays fully readable; later writes return `room_closed`. Closing a
     /// closed room returns it unchanged.
     pub async fn close_room(&self, who: &Principal, room_id: RoomId) -> Result<Room> {
-        self.inner
+        let now = self.now();
+        let event = Event::new(
+            EventKind::RoomClosed,
+            now,
+            who.user_id.clone(),
+            &format!("closed by {}", who.user_id),
+        );
+        let room = self
+            .inner
             .store
-            .close_room(room_id, self.now(), &who.user_id)
+            .close_room(room_id, now, &who.user_id, &event)
             .await?
-            .ok_or_else(|| Error::not_found_hint("room", room_id, "call list_rooms to see rooms"))
+            .ok_or_else(|| Error::not_found_hint("room", room_id, "call list_rooms to see rooms"))?;
+        if room.closed_at == Some(now) {
+            self.changed(room_id);
+        }
+        Ok(room)
     }
 
     /// Lists rooms, newest first, optionally filtered by status.
@@ -407,12 +451,21 @@ impl Macp {
         let reason =
             validate::optional_text("reason", req.reason.as_deref(), self.inner.limits.max_reason_bytes)?;
         let now = self.now();
+        let said = match &reason {
+            Some(r) => format!("{}: {r}", req.status),
+            None => req.status.to_string(),
+        };
+        let event =
+            Event::new(EventKind::StatusDeclared, now, who.user_id.clone(), &said).agent(&session.agent_id);
         let update =
             AgentUpdate { last_active: Some(now), agent_type: None, status: Some((req.status, reason, now)) };
-        self.inner
+        let out = self
+            .inner
             .store
-            .update_agent(req.room_id, &session.agent_id, &update)
+            .update_agent(req.room_id, &session.agent_id, &update, Some(&event))
             .await?
-            .ok_or_else(|| Error::not_found("agent", &session.agent_id))
+            .ok_or_else(|| Error::not_found("agent", &session.agent_id))?;
+        self.changed(req.room_id);
+        Ok(out)
     }
 }

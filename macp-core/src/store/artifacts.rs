@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::error::Result;
 use crate::ids::{ArtifactId, EntityId, FindingId, RoomId};
-use crate::model::Artifact;
+use crate::model::{Artifact, Event};
 
 /// Which artifacts to list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,11 +26,13 @@ pub trait ArtifactStore: Send + Sync {
     /// Stores artifact metadata.
     ///
     /// Contract: atomic with the idempotency idempotency. `already_exists` if an artifact with the
-    /// same `key` is registered in the room (and no idempotency replays).
+    /// same `key` is registered in the room (and no idempotency replays). `event` is appended to
+    /// the room's feed in the same write iff the artifact is stored.
     async fn insert_artifact(
         &self,
         artifact: &Artifact,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Artifact>>;
 
     /// Fetches artifacts by id (any order; unknown ids omitted).

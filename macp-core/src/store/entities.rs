@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use super::*;
 use crate::error::Result;
 use crate::ids::{EntityId, RoomId};
-use crate::model::{Entity, Identifier, Relationship};
+use crate::model::{Entity, Event, Identifier, Relationship};
 
 /// The outcome of [`EntityStore::create_entity`].
 #[derive(Debug, Clone, PartialEq)]
@@ -55,11 +55,13 @@ pub trait EntityStore: Send + Sync {
     /// Contract: atomic. If any identifier is already held in the room, nothing is written
     /// and every taken identifier is reported ([`CreateOutcome::IdentifiersTaken`]). Of several
     /// concurrent creates sharing an identifier, exactly one succeeds. The idempotency idempotency,
-    /// if any, is part of the same atomic write.
+    /// if any, is part of the same atomic write, and so is `event` (appended to the room's
+    /// feed iff the entity is created).
     async fn create_entity(
         &self,
         entity: &Entity,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<CreateOutcome>;
 
     /// Adds identifiers and properties to an existing entity.
@@ -69,6 +71,8 @@ pub trait EntityStore: Send + Sync {
     /// duplicates); identifiers another entity holds are reported and not added. Each
     /// property key absent from the entity is added; existing keys are kept. The idempotency
     /// idempotency, if any, is part of the same atomic write. `not_found` if the entity is absent.
+    /// `event` is appended to the room's feed in the same write iff the entity changed (an
+    /// identifier or a property was added).
     async fn attach_to_entity(
         &self,
         room_id: RoomId,
@@ -76,6 +80,7 @@ pub trait EntityStore: Send + Sync {
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<AttachOutcome>;
 
     /// Fetches entities by id, merged or not (any order; unknown ids omitted).
@@ -106,19 +111,27 @@ pub trait EntityStore: Send + Sync {
     /// Contract: atomic and conditional on both entities existing and neither being merged
     /// already; otherwise nothing is written and the result is `conflict` (or `not_found` if
     /// one is absent). Identifiers stay held where they are: readers resolve
-    /// them through `merged_into`.
-    async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity>;
+    /// them through `merged_into`. `event` is appended to the room's feed in the same write.
+    async fn merge_entities(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+        event: &Event,
+    ) -> Result<Entity>;
 
     /// Stores a relationship, or adds to the one with the same `(source, type, target)`.
     ///
     /// Contract: atomic. If no edge with that key exists, `rel` is stored as given. If one
     /// exists, each evidence item of `rel` not already present (by equality) is appended, and
     /// its description is set if it had none; the rest is kept. The idempotency idempotency, if any,
-    /// is part of the same write. Returns the stored edge and whether it was created.
+    /// is part of the same write, and so is `event`, appended to the room's feed iff the edge
+    /// was created or changed. Returns the stored edge and whether it was created.
     async fn put_relationship(
         &self,
         rel: &Relationship,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<(Relationship, bool)>>;
 
     /// Fetches one relationship by key, or `None`.

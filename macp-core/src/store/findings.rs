@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::error::Result;
 use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
-use crate::model::{Finding, IndexStatus};
+use crate::model::{Event, Finding, IndexStatus};
 use crate::search::VectorRecord;
 
 /// Which findings to read. All filters combine with AND; `tags_any` matches a finding carrying
@@ -104,11 +104,13 @@ pub trait FindingStore: Send + Sync {
     /// finding with `seq = n`, it can see every finding with `seq < n`. This is what makes the
     /// updates cursor safe (see [`crate::cursor`]). The idempotency idempotency, if any, is recorded
     /// in the same atomic write; if the key is taken, nothing is written and
-    /// [`Write::Replayed`] is returned. Returns the stored finding with its `seq`.
+    /// [`Write::Replayed`] is returned. `event` is appended to the room's feed in the same
+    /// write (see [`EventStore`]). Returns the stored finding with its `seq`.
     async fn append_finding(
         &self,
         finding: &Finding,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Finding>>;
 
     /// Appends a finding and its vector in one atomic write: [`append_finding`]'s contract, and
@@ -128,8 +130,9 @@ pub trait FindingStore: Send + Sync {
         finding: &Finding,
         idempotency: Option<&IdempotencyKey>,
         vector: &VectorRecord,
+        event: &Event,
     ) -> Result<Option<Write<Finding>>> {
-        let _ = (finding, idempotency, vector);
+        let _ = (finding, idempotency, vector, event);
         Ok(None)
     }
 

@@ -1,6 +1,6 @@
 //! The storage seam: what a backend must store and fetch, and with which guarantees.
 //!
-//! A backend implements the five traits below and the umbrella [`Store`]. It holds no domain
+//! A backend implements the six traits below and the umbrella [`Store`]. It holds no domain
 //! rules: validation, normalisation, alias resolution, idempotency fingerprints, caps and
 //! cursors all live in [`crate::Macp`]. What a backend *does* owe is precise storage semantics,
 //! written as a contract on each method: which writes are atomic, what order reads return, and
@@ -23,12 +23,14 @@
 mod agents;
 mod artifacts;
 mod entities;
+mod events;
 mod findings;
 mod rooms;
 
 pub use agents::*;
 pub use artifacts::*;
 pub use entities::*;
+pub use events::*;
 pub use findings::*;
 pub use rooms::*;
 
@@ -170,7 +172,16 @@ pub enum Insert<T> {
 ///
 /// The service holds it as `Arc<dyn Store>`.
 pub trait Store:
-    RoomStore + AgentStore + FindingStore + EntityStore + ArtifactStore + Debug + Send + Sync + 'static
+    RoomStore
+    + AgentStore
+    + FindingStore
+    + EntityStore
+    + ArtifactStore
+    + EventStore
+    + Debug
+    + Send
+    + Sync
+    + 'static
 {
     /// Short name used in errors and logs (`memory`, `sqlite`, …).
     fn name(&self) -> &'static str;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::ids::{RoomId, Timestamp, UserId};
-use crate::model::{Room, RoomStatus};
+use crate::model::{Event, Room, RoomStatus};
 
 /// Position in the room listing (newest first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +29,15 @@ pub trait RoomStore: Send + Sync {
     /// Marks a room closed (`status = closed`, `closed_at`, `closed_by`) if it is active, and
     /// returns it. A room that is already closed is returned unchanged (first close wins).
     ///
-    /// Contract: atomic conditional update; `None` if the room does not exist.
-    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>>;
+    /// Contract: atomic conditional update; `None` if the room does not exist. `event` is
+    /// appended to the room's feed in the same write iff this call closes the room.
+    async fn close_room(
+        &self,
+        room_id: RoomId,
+        at: Timestamp,
+        by: &UserId,
+        event: &Event,
+    ) -> Result<Option<Room>>;
 
     /// Lists rooms ordered by `(created_at, room_id)` descending, starting strictly after
     /// `after` when given, filtered by `status` when given, at most `limit`.

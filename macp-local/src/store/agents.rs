@@ -1,12 +1,13 @@
 //! Agents present in a room.
 
 use async_trait::async_trait;
-use macp_core::model::{AgentSession, AgentStatus};
+use macp_core::model::{AgentSession, AgentStatus, Event};
 use macp_core::store::{AgentStore, AgentUpdate, Insert};
 use macp_core::{AgentId, Result, RoomId, Timestamp, UserId};
 use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::store::append_event;
 use crate::writer::Sync;
 
 const AGENT_COLS: &str = "room_id, agent_id, user_id, joined_at, last_active, agent_type, agent_status, status_reason, status_updated_at";
@@ -28,8 +29,8 @@ fn agent_from_row(r: &Row<'_>) -> Result<AgentSession> {
 
 #[async_trait]
 impl AgentStore for SqliteStore {
-    async fn insert_agent(&self, s: &AgentSession) -> Result<Insert<AgentSession>> {
-        let s = s.clone();
+    async fn insert_agent(&self, s: &AgentSession, event: &Event) -> Result<Insert<AgentSession>> {
+        let (s, event) = (s.clone(), event.clone());
         self.write(Sync::Durable, move |c, fx| {
             let sql = format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
             if let Some(existing) =
@@ -53,6 +54,7 @@ impl AgentStore for SqliteStore {
                 ],
             )
             .map_err(sql_err)?;
+            append_event(c, s.room_id, &event)?;
             let cached = s.clone();
             fx.then(move |caches| {
                 lock(&caches.agents).insert((cached.room_id, cached.agent_id.clone()), cached);
@@ -97,10 +99,15 @@ impl AgentStore for SqliteStore {
         room_id: RoomId,
         agent_id: &AgentId,
         u: &AgentUpdate,
+        event: Option<&Event>,
     ) -> Result<Option<AgentSession>> {
-        let (agent_id, u) = (agent_id.clone(), u.clone());
+        let (agent_id, u, event) = (agent_id.clone(), u.clone(), event.cloned());
         // Refreshing `last_active` alone is advisory: it need not wait for an fsync.
-        let sync = if u.agent_type.is_none() && u.status.is_none() { Sync::Lazy } else { Sync::Durable };
+        let sync = if u.agent_type.is_none() && u.status.is_none() && event.is_none() {
+            Sync::Lazy
+        } else {
+            Sync::Durable
+        };
         self.write(sync, move |tx, fx| {
             let (r, a) = (room_id.to_string(), agent_id.to_string());
             if let Some(t) = u.last_active {
@@ -126,6 +133,9 @@ impl AgentStore for SqliteStore {
             }
             let sql = format!("SELECT {AGENT_COLS} FROM agent_sessions WHERE room_id = ? AND agent_id = ?");
             let out = query_all(tx, &sql, &[text(&r), text(&a)], agent_from_row)?.pop();
+            if let (Some(_), Some(e)) = (&out, &event) {
+                append_event(tx, room_id, e)?;
+            }
             if let Some(s) = out.clone() {
                 fx.then(move |caches| {
                     lock(&caches.agents).insert((s.room_id, s.agent_id.clone()), s);

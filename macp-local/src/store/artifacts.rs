@@ -1,13 +1,14 @@
 //! Artifact metadata.
 
 use async_trait::async_trait;
-use macp_core::model::Artifact;
+use macp_core::model::{Artifact, Event};
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{AgentId, ArtifactId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::store::append_event;
 use crate::writer::Sync;
 
 const ARTIFACT_COLS: &str = "room_id, artifact_id, key, content_type, size, uploaded_by, agent_id, uploaded_at, description, linked_finding_ids, linked_entity_ids, idempotency_key";
@@ -36,8 +37,9 @@ impl ArtifactStore for SqliteStore {
         &self,
         a: &Artifact,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Artifact>> {
-        let (a, idempotency) = (a.clone(), idempotency.cloned());
+        let (a, idempotency, event) = (a.clone(), idempotency.cloned(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
             let room = a.room_id.to_string();
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
@@ -70,6 +72,7 @@ impl ArtifactStore for SqliteStore {
                     sql_err(e)
                 }
             })?;
+            append_event(tx, a.room_id, &event)?;
             record_key(tx, &room, idempotency.as_ref())?;
             Ok(Write::Applied(a))
         })

@@ -1,7 +1,7 @@
 //! Entities, the identifiers they hold, and relationships.
 
 use async_trait::async_trait;
-use macp_core::model::{Entity, EntityType, Identifier, Relationship};
+use macp_core::model::{Entity, EntityType, Event, Identifier, Relationship};
 use macp_core::store::{
     AttachOutcome, CreateOutcome, EntityStats, EntityStore, IdempotencyKey, RelationshipKey, Write,
 };
@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::{Map, Value};
 
 use crate::db::*;
+use crate::store::append_event;
 use crate::writer::Sync;
 
 const ENTITY_COLS: &str = "room_id, entity_id, name, entity_type, identifiers, properties, created_by, agent_id, created_at, merged_into";
@@ -73,8 +74,13 @@ fn entity_in(tx: &Connection, room: &str, id: EntityId) -> Result<Option<Entity>
 
 #[async_trait]
 impl EntityStore for SqliteStore {
-    async fn create_entity(&self, e: &Entity, idempotency: Option<&IdempotencyKey>) -> Result<CreateOutcome> {
-        let (e, idempotency) = (e.clone(), idempotency.cloned());
+    async fn create_entity(
+        &self,
+        e: &Entity,
+        idempotency: Option<&IdempotencyKey>,
+        event: &Event,
+    ) -> Result<CreateOutcome> {
+        let (e, idempotency, event) = (e.clone(), idempotency.cloned(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
             let room = e.room_id.to_string();
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
@@ -107,6 +113,7 @@ impl EntityStore for SqliteStore {
                 )
                 .map_err(sql_err)?;
             }
+            append_event(tx, e.room_id, &event)?;
             record_key(tx, &room, idempotency.as_ref())?;
             Ok(CreateOutcome::Created(e))
         })
@@ -120,9 +127,10 @@ impl EntityStore for SqliteStore {
         identifiers: &[Identifier],
         properties: &Map<String, Value>,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<AttachOutcome> {
-        let (identifiers, properties, idempotency) =
-            (identifiers.to_vec(), properties.clone(), idempotency.cloned());
+        let (identifiers, properties, idempotency, event) =
+            (identifiers.to_vec(), properties.clone(), idempotency.cloned(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
             let room = room_id.to_string();
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
@@ -146,8 +154,12 @@ impl EntityStore for SqliteStore {
                     }
                 }
             }
+            let before = entity.clone();
             entity.add_identifiers(added);
             entity.add_missing_properties(&properties);
+            if entity != before {
+                append_event(tx, room_id, &event)?;
+            }
             exec(tx,
                 "UPDATE entities SET identifiers = ?, properties = ? WHERE room_id = ? AND entity_id = ?",
                 params![to_json(&entity.identifiers), to_json(&entity.properties), room, entity_id.to_string()],
@@ -218,7 +230,14 @@ impl EntityStore for SqliteStore {
         self.read_small(move |c| holders_of(c, &room_id.to_string(), &identifiers)).await
     }
 
-    async fn merge_entities(&self, room_id: RoomId, winner: EntityId, loser: EntityId) -> Result<Entity> {
+    async fn merge_entities(
+        &self,
+        room_id: RoomId,
+        winner: EntityId,
+        loser: EntityId,
+        event: &Event,
+    ) -> Result<Entity> {
+        let event = event.clone();
         self.write(Sync::Durable, move |tx, _| {
             let room = room_id.to_string();
             let mut w = entity_in(tx, &room, winner)?.ok_or_else(|| Error::not_found("entity", winner))?;
@@ -239,6 +258,7 @@ impl EntityStore for SqliteStore {
                 params![to_json(&w.identifiers), room, winner.to_string()],
             )
             .map_err(sql_err)?;
+            append_event(tx, room_id, &event)?;
             Ok(w)
         })
         .await
@@ -248,8 +268,9 @@ impl EntityStore for SqliteStore {
         &self,
         rel: &Relationship,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<(Relationship, bool)>> {
-        let (rel, idempotency) = (rel.clone(), idempotency.cloned());
+        let (rel, idempotency, event) = (rel.clone(), idempotency.cloned(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
             let room = rel.room_id.to_string();
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
@@ -266,7 +287,11 @@ impl EntityStore for SqliteStore {
             );
             let out = match query_all(tx, &sql, &key, rel_from_row)?.pop() {
                 Some(mut existing) => {
+                    let before = existing.clone();
                     existing.absorb(&rel);
+                    if existing != before {
+                        append_event(tx, rel.room_id, &event)?;
+                    }
                     exec(tx,
                         "UPDATE relationships SET evidence = ?, description = ? WHERE room_id = ? AND source_entity_id = ? AND relationship_type = ? AND target_entity_id = ?",
                         params![
@@ -298,6 +323,7 @@ impl EntityStore for SqliteStore {
                         ],
                     )
                     .map_err(sql_err)?;
+                    append_event(tx, rel.room_id, &event)?;
                     (rel, true)
                 }
             };

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use macp_core::model::{Finding, IndexStatus};
+use macp_core::model::{Event, Finding, IndexStatus};
 use macp_core::search::VectorRecord;
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
@@ -14,6 +14,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::db::*;
 use crate::indexes::RoomIndex;
+use crate::store::append_event;
 use crate::store::search::put_vectors;
 use crate::writer::{Effects, Sync};
 
@@ -43,9 +44,10 @@ impl FindingStore for SqliteStore {
         &self,
         f: &Finding,
         idempotency: Option<&IdempotencyKey>,
+        event: &Event,
     ) -> Result<Write<Finding>> {
-        let (f, idempotency) = (f.clone(), idempotency.cloned());
-        self.write(Sync::Durable, move |tx, fx| append(tx, f, idempotency.as_ref(), fx)).await
+        let (f, idempotency, event) = (f.clone(), idempotency.cloned(), event.clone());
+        self.write(Sync::Durable, move |tx, fx| append(tx, f, idempotency.as_ref(), &event, fx)).await
     }
 
     async fn append_finding_with_vector(
@@ -53,10 +55,12 @@ impl FindingStore for SqliteStore {
         f: &Finding,
         idempotency: Option<&IdempotencyKey>,
         vector: &VectorRecord,
+        event: &Event,
     ) -> Result<Option<Write<Finding>>> {
-        let (f, idempotency, vector) = (f.clone(), idempotency.cloned(), vector.clone());
+        let (f, idempotency, vector, event) =
+            (f.clone(), idempotency.cloned(), vector.clone(), event.clone());
         self.write(Sync::Durable, move |tx, fx| {
-            let out = append(tx, f, idempotency.as_ref(), fx)?;
+            let out = append(tx, f, idempotency.as_ref(), &event, fx)?;
             if let Write::Applied(_) = out {
                 put_vectors(tx, vec![vector], fx)?;
             }
@@ -232,6 +236,7 @@ fn append(
     tx: &Connection,
     f: Finding,
     idempotency: Option<&IdempotencyKey>,
+    event: &Event,
     fx: &mut Effects,
 ) -> Result<Write<Finding>> {
     let room = f.room_id.to_string();
@@ -277,6 +282,7 @@ fn append(
         .and_then(|mut st| st.execute(params![room, t]))
         .map_err(sql_err)?;
     }
+    append_event(tx, f.room_id, event)?;
     record_key(tx, &room, idempotency)?;
     let mut stored = f;
     stored.seq = seq as u64;

@@ -3,6 +3,7 @@
 mod agents;
 mod artifacts;
 mod entities;
+mod events;
 mod findings;
 mod rooms;
 pub(crate) mod search;
@@ -11,6 +12,7 @@ use macp_core::store::{Capabilities, Store};
 
 use crate::db::SqliteStore;
 
+pub(crate) use events::append_event;
 pub(crate) use findings::RoomKeywords;
 pub(crate) use search::RoomVectors;
 

@@ -1,13 +1,14 @@
 //! Rooms.
 
 use async_trait::async_trait;
-use macp_core::model::{Room, RoomStatus, VisibilityMode};
+use macp_core::model::{Event, Room, RoomStatus, VisibilityMode};
 use macp_core::store::{RoomKey, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Row, params};
 
 use crate::db::*;
+use crate::store::append_event;
 use crate::writer::Sync;
 
 // ---------------------------------------------------------------------------------------------
@@ -85,14 +86,23 @@ impl RoomStore for SqliteStore {
         Ok(room)
     }
 
-    async fn close_room(&self, room_id: RoomId, at: Timestamp, by: &UserId) -> Result<Option<Room>> {
-        let by = by.clone();
+    async fn close_room(
+        &self,
+        room_id: RoomId,
+        at: Timestamp,
+        by: &UserId,
+        event: &Event,
+    ) -> Result<Option<Room>> {
+        let (by, event) = (by.clone(), event.clone());
         self.write(Sync::Durable, move |c, fx| {
-            exec(c,
+            let closed = exec(c,
                 "UPDATE rooms SET status = 'closed', closed_at = ?, closed_by = ? WHERE room_id = ? AND status = 'active'",
                 params![at.as_millis(), by.as_str(), room_id.to_string()],
             )
             .map_err(sql_err)?;
+            if closed == 1 {
+                append_event(c, room_id, &event)?;
+            }
             let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
             let room = query_all(c, &sql, &[text(room_id)], room_from_row)?.pop();
             if let Some(r) = room.clone() {

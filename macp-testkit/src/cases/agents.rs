@@ -78,7 +78,7 @@ pub async fn writes_require_a_joined_agent(backend: Backend) {
     let other = f.macp.create_room(&f.alice, CreateRoom::new("other")).await.unwrap().room_id;
     let there = f.macp.join_room(&f.alice, JoinRoom::new(other).agent(agent("elsewhere"))).await.unwrap();
     expect_code(
-        f.macp.post_finding(&f.alice, PostFinding::new(f.room, there.agent_id, "hi")).await,
+        f.macp.post_finding(&f.alice, PostFinding::new(f.room, there.agent_id.clone(), "hi")).await,
         "not_joined",
     );
 }

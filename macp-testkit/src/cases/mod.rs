@@ -15,6 +15,7 @@ mod agents;
 mod artifacts;
 mod durability;
 mod entities;
+mod events;
 mod findings;
 mod rooms;
 mod search;
@@ -23,6 +24,7 @@ pub use agents::*;
 pub use artifacts::*;
 pub use durability::*;
 pub use entities::*;
+pub use events::*;
 pub use findings::*;
 pub use rooms::*;
 pub use search::*;
@@ -81,11 +83,13 @@ impl Fixture {
             .join_room(&alice, JoinRoom::new(room).agent(agent("alice-claude")))
             .await
             .expect("join a")
+            .session
             .agent_id;
         let b = macp
             .join_room(&bob, JoinRoom::new(room).agent(agent("bob-kiro")))
             .await
             .expect("join b")
+            .session
             .agent_id;
         let transfer = backend.blobs.as_ref().map(|(_, t)| t.clone());
         Self { macp, clock, room, alice, bob, a, b, transfer }
