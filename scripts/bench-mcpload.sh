@@ -6,6 +6,8 @@
 #   bash scripts/bench-mcpload.sh            # about 5 minutes on 2 cores (plus builds)
 #   bash scripts/bench-mcpload.sh --soak     # and the 10-minute soak, 32 agents
 #   bash scripts/bench-mcpload.sh --soak-aws # only the 5-minute soak on the AWS backend (moto), 8 agents
+#   bash scripts/bench-mcpload.sh --feed     # only the room feed's wake-up figures (examples/feed_bench.rs)
+#   bash scripts/bench-mcpload.sh --feed-aws # the same across two servers on one moto
 #
 # The load generator is built outside the tree (MCPLOAD_DIR, default ../shared/bench/mcpload;
 # its build goes to MCPLOAD_TARGET, default ~/.cache/macp/mcpload-target). Every run gets a fresh
@@ -17,6 +19,27 @@ cd "$(dirname "$0")/.."
 
 soak=false
 [ "${1:-}" = "--soak" ] && soak=true
+if [ "${1:-}" = "--feed" ]; then
+  # The room feed's wake-up figures on the embedded default (examples/feed_bench.rs).
+  target="${CARGO_TARGET_DIR:-target}"
+  cargo build --release --quiet -p macp-mcp --bin macp -p macp-examples --bin feed-bench
+  "$target/release/feed-bench" --macp "$target/release/macp" "${@:2}"
+  exit 0
+fi
+if [ "${1:-}" = "--feed-aws" ]; then
+  # The same with two servers on one moto: a write on one wakes a reader on the other.
+  target="${CARGO_TARGET_DIR:-target}"
+  python=$(bash scripts/setup-e2e.sh | tail -n 1)
+  cargo build --release --quiet -p macp-mcp --bin macp --features aws -p macp-examples --bin feed-bench
+  export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-west-2
+  coproc MOTO { exec "$python" tests/aws/moto_macp.py --port 0 --exit-on-stdin-eof 2>/dev/null; }
+  read -r line <&"${MOTO[0]}"
+  export MACP_AWS_ENDPOINT_URL=${line#listening on } MACP_AWS_TABLE_PREFIX=feed-
+  "$target/release/macp" setup --backend aws >/dev/null
+  "$target/release/feed-bench" --macp "$target/release/macp" --servers 2 --waiters 50 --wakes 50 \
+    --idle-seconds 10 --server-arg --backend --server-arg aws "${@:2}"
+  exit 0
+fi
 if [ "${1:-}" = "--soak-aws" ]; then
   # The AWS backend on moto (scripts/aws-tests.sh starts it the same way), 32 agents, 5 minutes.
   target="${CARGO_TARGET_DIR:-target}"
