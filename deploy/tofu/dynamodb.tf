@@ -228,6 +228,33 @@ resource "aws_dynamodb_table" "events" {
   }
 }
 
+# Claims on work: one item per room and claim key, written conditionally.
+resource "aws_dynamodb_table" "claims" {
+  name                        = "${var.name_prefix}claims"
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "room_id"
+  range_key                   = "key"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "room_id"
+    type = "S"
+  }
+
+  attribute {
+    name = "key"
+    type = "S"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
+  }
+}
+
 resource "aws_dynamodb_table" "artifacts" {
   name                        = "${var.name_prefix}artifacts"
   billing_mode                = "PAY_PER_REQUEST"
@@ -264,5 +291,6 @@ locals {
     agent_sessions = aws_dynamodb_table.agent_sessions
     artifacts      = aws_dynamodb_table.artifacts
     events         = aws_dynamodb_table.events
+    claims         = aws_dynamodb_table.claims
   }
 }

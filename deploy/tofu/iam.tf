@@ -62,6 +62,7 @@ data "aws_iam_policy_document" "server" {
       aws_dynamodb_table.artifacts.arn,
       "${aws_dynamodb_table.artifacts.arn}/index/*",
       aws_dynamodb_table.events.arn,
+      aws_dynamodb_table.claims.arn,
     ]
   }
 

@@ -91,6 +91,8 @@ pub struct Names {
     pub artifacts: String,
     /// `<prefix>events`.
     pub events: String,
+    /// `<prefix>claims`.
+    pub claims: String,
     /// The private artifact bucket.
     pub artifact_bucket: String,
     /// The S3 Vectors bucket.
@@ -189,6 +191,7 @@ impl AwsBuilder {
             agents: format!("{prefix}agent_sessions"),
             artifacts: format!("{prefix}artifacts"),
             events: format!("{prefix}events"),
+            claims: format!("{prefix}claims"),
             artifact_bucket: self
                 .artifact_bucket
                 .clone()

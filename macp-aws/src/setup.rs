@@ -73,6 +73,7 @@ impl AwsBackend {
             "relationships" => &self.names.relationships,
             "agent_sessions" => &self.names.agents,
             "events" => &self.names.events,
+            "claims" => &self.names.claims,
             _ => &self.names.artifacts,
         }
     }

@@ -22,6 +22,7 @@
 //! | `max_reason_bytes` | 1 KiB | status reasons |
 //! | `max_idempotency_key_bytes` | 128 | idempotency keys |
 //! | `max_agents_per_room` | 64 | capacity: agents that may join one room |
+//! | `max_mentions` | 8 | agents one finding mentions |
 //! | `default_page` / `max_page` | 50 / 200 | get_timeline, list_rooms, list_artifacts |
 //! | `default_updates_page` / `max_updates_page` | 100 / 500 | get_updates |
 //! | `max_wait_seconds` | 25 | get_updates `wait_seconds` |
@@ -69,6 +70,8 @@ pub struct Limits {
     pub max_idempotency_key_bytes: usize,
     /// Agents that may join one room.
     pub max_agents_per_room: usize,
+    /// Agents one finding may mention.
+    pub max_mentions: usize,
     /// Default page size for paged reads.
     pub default_page: usize,
     /// Largest page size a caller may ask for.
@@ -108,6 +111,7 @@ impl Default for Limits {
             max_reason_bytes: 1024,
             max_idempotency_key_bytes: 128,
             max_agents_per_room: 64,
+            max_mentions: 8,
             default_page: 50,
             max_page: 200,
             default_updates_page: 100,

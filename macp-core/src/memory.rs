@@ -14,14 +14,15 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::model::{
-    AgentSession, Artifact, Entity, Event, EventKind, Finding, Identifier, IndexStatus, Relationship, Room,
-    RoomStatus,
+    AgentSession, Artifact, Claim, Entity, Event, EventKind, Finding, Identifier, IndexStatus, Relationship,
+    Room, RoomStatus,
 };
 use crate::search::keyword::KeywordIndex;
 use crate::store::{
-    AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, CreateOutcome,
-    EntityStats, EntityStore, EventStore, FindingQuery, FindingStats, FindingStore, IdempotencyKey,
-    IdempotencyRecord, Insert, KeywordSearch, RelationshipKey, RoomKey, RoomStore, Store, Write,
+    AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, ClaimOutcome,
+    ClaimStore, CreateOutcome, EntityStats, EntityStore, EventStore, FindingQuery, FindingStats,
+    FindingStore, IdempotencyKey, IdempotencyRecord, Insert, KeywordSearch, RelationshipKey, RoomKey,
+    RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -46,6 +47,7 @@ struct State {
     /// Per room, the feed in `seq` order: index `i` holds `seq = i + 1`.
     events: HashMap<RoomId, Vec<Event>>,
     read_positions: HashMap<(RoomId, AgentId), u64>,
+    claims: BTreeMap<(RoomId, String), Claim>,
 }
 
 impl MemoryStore {
@@ -670,5 +672,53 @@ impl EventStore for MemoryStore {
         let p = s.read_positions.entry((room_id, agent_id.clone())).or_insert(0);
         *p = (*p).max(seq);
         Ok(*p)
+    }
+}
+
+#[async_trait]
+impl ClaimStore for MemoryStore {
+    async fn put_claim(&self, claim: &Claim, now: Timestamp, event: &Event) -> Result<ClaimOutcome> {
+        interleave().await;
+        let mut s = self.lock();
+        let key = (claim.room_id, claim.key.clone());
+        if let Some(held) = s.claims.get(&key).filter(|c| c.is_held(now) && c.agent_id != claim.agent_id) {
+            return Ok(ClaimOutcome::Held(held.clone()));
+        }
+        s.claims.insert(key, claim.clone());
+        s.push_event(claim.room_id, event);
+        Ok(ClaimOutcome::Claimed(claim.clone()))
+    }
+
+    async fn release_claim(
+        &self,
+        room_id: RoomId,
+        key: &str,
+        agent_id: &AgentId,
+        now: Timestamp,
+        event: &Event,
+    ) -> Result<Option<Claim>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(c) = s.claims.get_mut(&(room_id, key.to_owned())) else { return Ok(None) };
+        if !c.is_held(now) || &c.agent_id != agent_id {
+            return Ok(None);
+        }
+        c.released_at = Some(now);
+        let out = c.clone();
+        s.push_event(room_id, event);
+        Ok(Some(out))
+    }
+
+    async fn list_claims(&self, room_id: RoomId, now: Timestamp) -> Result<Vec<Claim>> {
+        interleave().await;
+        let s = self.lock();
+        let mut out: Vec<Claim> = s
+            .claims
+            .iter()
+            .filter(|((r, _), c)| *r == room_id && c.is_held(now))
+            .map(|(_, c)| c.clone())
+            .collect();
+        out.sort_by(|a, b| (a.claimed_at, &a.key).cmp(&(b.claimed_at, &b.key)));
+        Ok(out)
     }
 }

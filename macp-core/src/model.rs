@@ -233,6 +233,12 @@ pub struct Finding {
     pub entity_refs: Vec<EntityId>,
     /// Proof.
     pub evidence: Vec<Evidence>,
+    /// The finding of the same room this one answers (its thread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<FindingId>,
+    /// Agents of the room this finding is addressed to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<AgentId>,
     /// `pending` until embedded and indexed.
     pub index_status: IndexStatus,
     /// The client's retry key, if it gave one.
@@ -410,7 +416,11 @@ wire_enum!(
         /// An artifact was registered (`artifact_id`).
         ArtifactRegistered = "artifact_registered",
         /// The room was closed.
-        RoomClosed = "room_closed"
+        RoomClosed = "room_closed",
+        /// An agent claimed a piece of work, or renewed its claim (the summary says which).
+        WorkClaimed = "work_claimed",
+        /// An agent released its claim.
+        ClaimReleased = "claim_released"
     },
     "kinds"
 );
@@ -501,5 +511,45 @@ impl Event {
     /// This event with its feed position.
     pub fn at_seq(&self, seq: u64) -> Self {
         Self { seq, ..self.clone() }
+    }
+}
+
+/// An agent's claim on a piece of work, so that teammates do not repeat it. Held for a bounded
+/// time the agent can renew; released by the agent, or lapsed when `expires_at` passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Claim {
+    /// The room.
+    pub room_id: RoomId,
+    /// The work, as its claimer described it.
+    pub subject: String,
+    /// What identifies the work: the subject folded to lower case with runs of whitespace as
+    /// one space. Two claims with the same key are on the same work.
+    pub key: String,
+    /// Entities the work is about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entity_ids: Vec<EntityId>,
+    /// The agent holding it.
+    pub agent_id: AgentId,
+    /// Its person.
+    pub user_id: UserId,
+    /// When this holder first claimed it (kept across renewals).
+    pub claimed_at: Timestamp,
+    /// Until when it is held unless renewed.
+    pub expires_at: Timestamp,
+    /// When it was released, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<Timestamp>,
+}
+
+impl Claim {
+    /// The key of a subject: lower case, runs of whitespace as one space, trimmed.
+    pub fn key_of(subject: &str) -> String {
+        subject.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
+    }
+
+    /// Held at `now`: not released and not lapsed.
+    pub fn is_held(&self, now: Timestamp) -> bool {
+        self.released_at.is_none() && self.expires_at > now
     }
 }

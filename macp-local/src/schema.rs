@@ -206,6 +206,26 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (room_id, agent_id)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 5: claims on work, one per room and key; `doc` is the claim as JSON, the columns are
+    // what the conditional write and the listing read.
+    r#"
+    CREATE TABLE claims (
+        room_id     TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        agent_id    TEXT NOT NULL,
+        expires_at  INTEGER NOT NULL,
+        released_at INTEGER,
+        claimed_at  INTEGER NOT NULL,
+        doc         TEXT NOT NULL,
+        PRIMARY KEY (room_id, key)
+    ) STRICT, WITHOUT ROWID;
+    "#,
+    // 6: threads and mentions.
+    r#"
+    ALTER TABLE findings ADD COLUMN reply_to TEXT;
+    ALTER TABLE findings ADD COLUMN mentions TEXT NOT NULL DEFAULT '[]';
+    CREATE INDEX findings_by_reply ON findings (room_id, reply_to) WHERE reply_to IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this build writes.

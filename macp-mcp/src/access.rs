@@ -24,6 +24,8 @@ const CHANGE: Access = Access { writes: true, destructive: true, idempotent: tru
 pub const TOOLS: &[(&str, Access)] = &[
     ("add_entity", ADD_KEYED),
     ("add_relationship", ADD_KEYED),
+    // Claiming again renews (same holder, later expiry); releasing twice finds nothing to release.
+    ("claim_work", Access { writes: true, destructive: false, idempotent: false }),
     ("close_room", CHANGE),
     ("create_room", ADD),
     ("declare_status", Access { writes: true, destructive: false, idempotent: true }),

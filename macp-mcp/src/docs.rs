@@ -8,7 +8,7 @@ MACP is a shared room where several people's agents work one investigation toget
 Work in a loop, and re-read the room every iteration instead of trusting your own memory:
 1. get_room_context (first time, or when unsure) — the objective, latest findings, key entities, who is doing what, and a cursor.
 2. get_updates with your cursor — every change since you last looked (findings, statuses, entities, files); pass the cursor back with ack: true once processed, and use wait_seconds instead of sleeping. A teammate's status_declared \"blocked\" is a call for help.
-3. Decide one contribution that serves the objective and is not already covered: search_findings before posting.
+3. Decide one contribution that serves the objective and is not already covered: search_findings before posting, leave work teammates claimed to them, and claim_work what you start.
 4. post_finding with tags, evidence and entity_refs; add_entity (with typed identifiers) and add_relationship for what you learned.
 5. declare_status: active, idle, or blocked with a reason a human can act on.
 Then repeat. Start with list_rooms or create_room, then join_room. Never paste secrets, tokens or credentials.";
@@ -47,12 +47,20 @@ pub const DECLARE_STATUS: &str = "Tell humans and other agents what you are doin
 When blocked, give a reason that says what would unblock you (e.g. \"need read access to prod RDS logs\"). Advisory only: \
 it never stops you or anyone from posting or reading.";
 
+/// `claim_work`.
+pub const CLAIM_WORK: &str = "Before you start a piece of work a teammate could also start (checking a host, testing a \
+hypothesis, running a migration), claim it: a short subject, optionally the entities it is about, for up to 240 minutes \
+(default 30). If another agent holds it you get a conflict naming them and until when: pick other work or ask them. \
+Claim again to renew; pass release: true when done or giving up. Open claims are listed in get_room_context.";
+
 /// `post_finding`.
 pub const POST_FINDING: &str = "Share one thing you learned with the room: a fact, hypothesis, piece of evidence, root \
 cause, remediation or dead end. Be specific (times, hosts, ids). Add tags (triage, hypothesis, evidence, root-cause, \
 remediation, follow-up, dead-end), evidence [{kind: artifact|url|cloudtrail|datadog|metric|log, ref, description?}] and \
-entity_refs (ids from add_entity). Search first so you do not repeat a colleague. Pass an idempotency_key to make \
-retries safe. Never include secrets, tokens or credentials.";
+entity_refs (ids from add_entity). Search first so you do not repeat a colleague. To answer a finding (a question, a \
+claim you confirm or correct) pass its id as reply_to; to hand work to or ask a teammate, name their agent_id in \
+mentions (they see it in get_updates with about_me). Pass an idempotency_key to make retries safe. Never include \
+secrets, tokens or credentials.";
 
 /// `search_findings`.
 pub const SEARCH_FINDINGS: &str = "Find findings in a room by meaning or by exact words: describe what you are looking \
@@ -61,7 +69,8 @@ error code). Filter by tags or agent_id. Results are best first, each with the f
 
 /// `get_timeline`.
 pub const GET_TIMELINE: &str = "Read a room's findings in the order they were posted, optionally only those with some \
-tags, by one agent, or in a time range (since/until, RFC 3339). Pages with limit and cursor.";
+tags, by one agent, in a time range (since/until, RFC 3339), or the answers to one finding (reply_to: its thread). \
+Pages with limit and cursor.";
 
 /// `get_updates`.
 pub const GET_UPDATES: &str = "Everything that changed in the room since your cursor (from your last get_updates or \
@@ -69,7 +78,8 @@ from get_room_context): new findings, whole, and every other change as a short e
 entity added, identifiers attached, entities merged, relationship added, artifact registered, room closed) with who, \
 the ids and a one-line summary. Nothing is ever skipped or repeated. Omit the cursor to continue from your read position \
 (the start for a new agent). Pass ack: true with the cursor you have processed to move your read position there; \
-reading alone consumes nothing. kinds narrows the answer (e.g. [\"finding_posted\"]). With wait_seconds (at most 25) \
+reading alone consumes nothing. about_me: true gives only findings that mention your agent or answer its findings. \
+kinds narrows the answer (e.g. [\"finding_posted\"]). With wait_seconds (at most 25) \
 an empty answer waits until something happens: use it instead of sleeping. If has_more is true, call again at once.";
 
 /// `add_entity`.

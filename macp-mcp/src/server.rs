@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 use axum::http::request::Parts;
 use macp_core::model::{AgentSession, Room};
 use macp_core::service::{
-    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, ContextQuery, CreateRoom, DeclareStatus,
-    EntityGraph, EntityOutcome, FindingPage, GraphQuery, JoinRoom, Joined, ListArtifacts, ListRooms,
-    MergeEntities, MergeOutcome, PostFinding, PostedFinding, RegisterArtifact, RelationshipOutcome,
-    RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary, SearchFindings, SearchResults, TimelineQuery,
-    Updates, UpdatesQuery, UploadTicket,
+    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, ClaimResult, ClaimWork, ContextQuery,
+    CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage, GraphQuery, JoinRoom, Joined,
+    ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding, RegisterArtifact,
+    RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary, SearchFindings,
+    SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -337,6 +337,14 @@ impl MacpMcp {
         let mut req: ContextQuery = parse(args)?;
         req.agent_id = self.reading_agent(req.room_id, req.agent_id);
         done(self.macp.room_context(&who, req).await)
+    }
+
+    #[tool(description = docs::CLAIM_WORK, output_schema = output::<ClaimResult>(), input_schema = input::<ClaimWork>())]
+    async fn claim_work(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<ClaimResult> {
+        let who = self.who(&ctx)?;
+        let mut req: ClaimWork = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.claim_work(&who, req).await)
     }
 
     #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]

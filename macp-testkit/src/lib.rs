@@ -211,6 +211,7 @@ macro_rules! conformance_tests {
             updates_return_every_finding_once_in_commit_order,
             updates_never_skip_or_repeat_with_concurrent_writers,
             updates_cursor_belongs_to_its_room,
+            threads_and_mentions_reach_the_right_agent,
             full_visibility_shows_every_member_the_same_record,
             rooms_are_isolated,
             shared_identifier_attaches_to_the_existing_entity,
@@ -239,6 +240,8 @@ macro_rules! conformance_tests {
             a_waiting_reader_wakes_on_a_commit,
             an_old_findings_cursor_is_refused_with_advice,
             an_unknown_room_has_no_feed,
+            one_of_sixteen_concurrent_claimers_holds_the_work,
+            claims_renew_release_and_lapse,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -404,6 +407,7 @@ mod tests {
             include_str!("cases/search.rs"),
             include_str!("cases/durability.rs"),
             include_str!("cases/events.rs"),
+            include_str!("cases/claims.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

@@ -11,7 +11,7 @@ use super::{Macp, Principal};
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::limits::ContextCaps;
-use crate::model::{AgentSession, EntityType, EventKind, Finding, Identifier, Room};
+use crate::model::{AgentSession, Claim, EntityType, EventKind, Finding, Identifier, Room};
 use crate::store::FindingQuery;
 
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit
@@ -144,6 +144,10 @@ pub struct RoomContext {
     pub agents: ContextAgents,
     /// Artifacts in the room.
     pub artifact_count: u64,
+    /// Work agents have claimed and hold now, oldest first: do not repeat it.
+    pub claims: Vec<Claim>,
+    /// Claims held in the room (more than `claims` lists if the budget ran out).
+    pub claims_total: usize,
     /// The caps this snapshot was cut to.
     pub caps: ContextCaps,
     /// Poll get_updates from here: it returns exactly the changes committed after this
@@ -174,7 +178,7 @@ impl Macp {
         let head = store.last_event_seq(room_id).await?;
         // Independent reads, at once: on a networked store (DynamoDB) each is a round trip.
         let latest_query = FindingQuery::latest(caps.findings);
-        let (room, aliases, stats, mut latest, entity_stats, mut agents, artifact_count) = tokio::try_join!(
+        let (room, aliases, stats, mut latest, entity_stats, mut agents, artifact_count, claims) = tokio::try_join!(
             self.room(room_id),
             self.aliases(room_id),
             store.finding_stats(room_id),
@@ -182,6 +186,7 @@ impl Macp {
             store.entity_stats(room_id),
             store.list_agents(room_id),
             store.count_artifacts(room_id),
+            store.list_claims(room_id, self.now()),
         )?;
         let later = store.list_events(room_id, head, &[EventKind::FindingPosted], 10_000).await?;
         latest.retain(|f| !later.iter().any(|e| e.finding_id == Some(f.finding_id)));
@@ -223,6 +228,8 @@ impl Macp {
             },
             agents: ContextAgents { counts, shown: agents.len(), items: agents },
             artifact_count,
+            claims_total: claims.len(),
+            claims,
             caps,
             cursor: feed_cursor(room_id, head),
             unread,
@@ -291,6 +298,9 @@ fn fit_budget(ctx: &mut RoomContext) {
         while size(ctx) > budget && ctx.agents.items.len() > floor {
             ctx.agents.items.pop();
             ctx.agents.shown = ctx.agents.items.len();
+        }
+        while size(ctx) > budget && ctx.claims.len() > floor {
+            ctx.claims.pop();
         }
         while size(ctx) > budget && ctx.tag_counts.len() > floor {
             if let Some(t) = least_used(&ctx.tag_counts) {

@@ -49,6 +49,10 @@ pub struct UpdatesQuery {
     /// Page size (default 100, at most 500).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Only what concerns your agent: findings that mention it or answer one of its findings
+    /// (no other changes). The cursor still moves past everything else.
+    #[serde(default)]
+    pub about_me: bool,
     /// Acknowledge everything before `cursor` (you have processed it): your read position moves
     /// there, never back. Nothing is consumed by reading; only this moves the position.
     #[serde(default)]
@@ -71,6 +75,7 @@ impl UpdatesQuery {
             cursor: None,
             kinds: Vec::new(),
             limit: None,
+            about_me: false,
             ack: false,
             wait_seconds: None,
             agent_id: None,
@@ -98,6 +103,12 @@ impl UpdatesQuery {
     /// As this agent (whose read position is used and acknowledged).
     pub fn agent(mut self, agent_id: AgentId) -> Self {
         self.agent_id = Some(agent_id);
+        self
+    }
+
+    /// Only what concerns the agent.
+    pub fn about_me(mut self) -> Self {
+        self.about_me = true;
         self
     }
 
@@ -283,13 +294,13 @@ impl Macp {
         let given = q.cursor.as_deref().map(|c| decode_feed_cursor(q.room_id, c)).transpose()?;
         let store = &self.inner.store;
         // The agent is needed to acknowledge, and to start from its read position.
-        let agent = if q.ack || (given.is_none() && q.agent_id.is_some()) {
+        let agent = if q.ack || q.about_me || (given.is_none() && q.agent_id.is_some()) {
             Some(self.agent_session(who, q.room_id, q.agent_id.as_ref()).await?.agent_id)
         } else {
             None
         };
         let mut position = None;
-        if let Some(a) = &agent {
+        if let Some(a) = agent.as_ref().filter(|_| q.ack || given.is_none()) {
             if q.ack {
                 let to = given.ok_or_else(|| {
                     Error::invalid(
@@ -312,12 +323,25 @@ impl Macp {
         // wakes this call.
         let mut watch = (!wait.is_zero()).then(|| self.watch(q.room_id));
         let deadline = tokio::time::Instant::now() + wait;
+        let mut after = after;
         loop {
-            let page = self.page(q.room_id, after, &q.kinds, limit).await?;
+            let mut page = self.page(q.room_id, after, &q.kinds, limit).await?;
+            if q.about_me
+                && let Some(me) = &agent
+            {
+                self.keep_about(q.room_id, me, &mut page).await?;
+                if page.findings.is_empty() && page.has_more {
+                    // Nothing for this agent in a full page: read on rather than answer empty.
+                    after = decode_feed_cursor(q.room_id, &page.cursor)?;
+                    continue;
+                }
+            }
             let empty = page.findings.is_empty() && page.events.is_empty();
             let Some(w) = watch.as_mut().filter(|_| empty) else {
                 return Ok(Updates { read_position: position.map(|p| feed_cursor(q.room_id, p)), ..page });
             };
+            // Nothing up to the page's cursor matched: wait from there.
+            after = decode_feed_cursor(q.room_id, &page.cursor)?;
             if tokio::time::timeout_at(deadline, w.changed()).await.is_err() {
                 return Ok(Updates { read_position: position.map(|p| feed_cursor(q.room_id, p)), ..page });
             }
@@ -350,6 +374,20 @@ impl Macp {
         }
         events.retain(|e| e.kind != EventKind::FindingPosted);
         Ok(Updates { findings, events, cursor: feed_cursor(room_id, next), has_more, read_position: None })
+    }
+
+    /// Keeps in `page` only the findings that mention `me` or answer one of its findings.
+    async fn keep_about(&self, room_id: RoomId, me: &AgentId, page: &mut Updates) -> Result<()> {
+        page.events.clear();
+        let targets: Vec<_> = page.findings.iter().filter_map(|f| f.reply_to).collect();
+        let mine: Vec<_> = if targets.is_empty() {
+            Vec::new()
+        } else {
+            let found = self.inner.store.get_findings(room_id, &targets).await?;
+            found.into_iter().filter(|f| &f.agent_id == me).map(|f| f.finding_id).collect()
+        };
+        page.findings.retain(|f| f.mentions.contains(me) || f.reply_to.is_some_and(|r| mine.contains(&r)));
+        Ok(())
     }
 
     /// What `agent_id` has not acknowledged in `room_id`.

@@ -28,6 +28,14 @@ pub struct PostFinding {
     /// Proof: [{kind: artifact|url|cloudtrail|datadog|metric|log, ref, description?, captured_at?}].
     #[serde(default)]
     pub evidence: Vec<Evidence>,
+    /// The finding of this room you are answering (a thread): a reply to a question, a
+    /// confirmation or a correction.
+    #[serde(default)]
+    pub reply_to: Option<FindingId>,
+    /// Agent ids in this room the finding is for (a handoff or a question): they are told in
+    /// their feed. An id not in the room is refused with the list of those who are.
+    #[serde(default)]
+    pub mentions: Vec<AgentId>,
     /// Any unique string (e.g. a UUID); retrying with the same key never posts twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
@@ -46,8 +54,22 @@ impl PostFinding {
             tags: Vec::new(),
             entity_refs: Vec::new(),
             evidence: Vec::new(),
+            reply_to: None,
+            mentions: Vec::new(),
             idempotency_key: None,
         }
+    }
+
+    /// Answering this finding.
+    pub fn reply_to(mut self, finding_id: FindingId) -> Self {
+        self.reply_to = Some(finding_id);
+        self
+    }
+
+    /// Mentioning these agents.
+    pub fn mentions(mut self, agents: impl IntoIterator<Item = AgentId>) -> Self {
+        self.mentions = agents.into_iter().collect();
+        self
     }
 
     /// With tags.
@@ -99,6 +121,9 @@ pub struct TimelineQuery {
     /// Only findings posted by this agent.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
+    /// Only the answers to this finding (its thread).
+    #[serde(default)]
+    pub reply_to: Option<FindingId>,
     /// Only findings posted at or after this time (RFC 3339).
     #[serde(default)]
     pub since: Option<Timestamp>,
@@ -120,11 +145,18 @@ impl TimelineQuery {
             room_id,
             tags: Vec::new(),
             agent_id: None,
+            reply_to: None,
             since: None,
             until: None,
             limit: None,
             cursor: None,
         }
+    }
+
+    /// Only the answers to `finding_id`.
+    pub fn replies_to(mut self, finding_id: FindingId) -> Self {
+        self.reply_to = Some(finding_id);
+        self
     }
 
     /// Only findings with one of these tags.
@@ -176,6 +208,11 @@ struct FindingFingerprint<'a> {
     tags: &'a [String],
     entity_refs: &'a [EntityId],
     evidence: &'a [Evidence],
+    // Absent when empty, so that a post without them hashes as it did before they existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reply_to: Option<FindingId>,
+    #[serde(skip_serializing_if = "<[AgentId]>::is_empty")]
+    mentions: &'a [AgentId],
 }
 
 impl Macp {
@@ -200,6 +237,16 @@ impl Macp {
         // Most posts name no entities: skip the alias read for them.
         let aliases = if refs.is_empty() { Aliases::default() } else { self.aliases(req.room_id).await? };
         self.require_entities(req.room_id, &refs, "entity_refs").await?;
+        if let Some(r) = req.reply_to
+            && self.inner.store.get_findings(req.room_id, &[r]).await?.is_empty()
+        {
+            return Err(Error::not_found_hint(
+                "finding",
+                r,
+                "reply_to must be a finding of this room; find it with get_timeline or search_findings",
+            ));
+        }
+        let mentions = self.mentioned(req.room_id, &req.mentions).await?;
 
         let print = fingerprint(
             WriteOperation::PostFinding,
@@ -209,6 +256,8 @@ impl Macp {
                 tags: &tags,
                 entity_refs: &refs,
                 evidence: &evidence,
+                reply_to: req.reply_to,
+                mentions: &mentions,
             },
         );
         let now = self.now();
@@ -222,6 +271,8 @@ impl Macp {
             tags,
             entity_refs: aliases.resolve_all(&refs)?,
             evidence,
+            reply_to: req.reply_to,
+            mentions,
             index_status: IndexStatus::Pending,
             idempotency_key: key.clone(),
             created_at: now,
@@ -273,6 +324,39 @@ impl Macp {
         Ok(PostedFinding { finding, replayed })
     }
 
+    /// The agents a finding mentions, without repeats: each must be in the room. An unknown one
+    /// is refused with the agents who are there, so a typo never silently drops a handoff.
+    async fn mentioned(&self, room_id: RoomId, raw: &[AgentId]) -> Result<Vec<AgentId>> {
+        let max = self.inner.limits.max_mentions;
+        let mut out: Vec<AgentId> = Vec::new();
+        for a in raw {
+            if !out.contains(a) {
+                out.push(a.clone());
+            }
+        }
+        if out.len() > max {
+            return Err(Error::too_many("mentions", max, out.len()));
+        }
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let agents = self.inner.store.list_agents(room_id).await?;
+        let unknown: Vec<&AgentId> =
+            out.iter().filter(|m| !agents.iter().any(|s| &s.agent_id == *m)).collect();
+        if !unknown.is_empty() {
+            let names: Vec<&str> = agents.iter().map(|s| s.agent_id.as_str()).collect();
+            return Err(Error::invalid(
+                "mentions",
+                format!(
+                    "{} not in this room; the room's agents are: {}. Nothing was posted",
+                    unknown.iter().map(|a| format!("`{a}` is")).collect::<Vec<_>>().join(", "),
+                    names.join(", ")
+                ),
+            ));
+        }
+        Ok(out)
+    }
+
     /// Every id in `ids` must name an entity of the room (merged-away ids count: they resolve).
     pub(crate) async fn require_entities(
         &self,
@@ -307,7 +391,10 @@ impl Macp {
         {
             return Err(Error::invalid("until", "until must be later than since"));
         }
-        let filters = digest("timeline", &(&tags, &q.agent_id, q.since, q.until));
+        let filters = match q.reply_to {
+            None => digest("timeline", &(&tags, &q.agent_id, q.since, q.until)),
+            Some(r) => digest("timeline", &(&tags, &q.agent_id, q.since, q.until, r)),
+        };
         let room = q.room_id.to_string();
         let after_seq = match &q.cursor {
             None => 0,
@@ -327,6 +414,7 @@ impl Macp {
             before_seq: None,
             tags_any: tags,
             agent_id: q.agent_id,
+            reply_to: q.reply_to,
             since: q.since,
             until: q.until,
             limit: limit + 1,

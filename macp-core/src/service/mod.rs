@@ -20,6 +20,7 @@
 //! ```
 
 mod artifacts;
+mod claims;
 mod context;
 mod entities;
 mod events;
@@ -38,6 +39,7 @@ pub use artifacts::{
     ArtifactConfig, ArtifactOutcome, ArtifactPage, ListArtifacts, ListedArtifact, RegisterArtifact,
     RequestUpload, UploadTicket,
 };
+pub use claims::{ClaimResult, ClaimWork, DEFAULT_CLAIM_MINUTES, MAX_CLAIM_MINUTES};
 pub use context::{
     ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, ContextQuery, RoomContext,
 };

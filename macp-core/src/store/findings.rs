@@ -22,6 +22,8 @@ pub struct FindingQuery {
     pub tags_any: Vec<String>,
     /// Only findings posted by this agent.
     pub agent_id: Option<AgentId>,
+    /// Only findings that answer this one (`reply_to`).
+    pub reply_to: Option<FindingId>,
     /// Only findings with `created_at >= since`.
     pub since: Option<Timestamp>,
     /// Only findings with `created_at < until`.
@@ -40,6 +42,7 @@ impl FindingQuery {
             before_seq: None,
             tags_any: Vec::new(),
             agent_id: None,
+            reply_to: None,
             since: None,
             until: None,
             limit,
@@ -57,6 +60,7 @@ impl FindingQuery {
     pub fn matches(&self, f: &Finding) -> bool {
         (self.tags_any.is_empty() || f.tags.iter().any(|t| self.tags_any.contains(t)))
             && self.agent_id.as_ref().is_none_or(|a| &f.agent_id == a)
+            && self.reply_to.is_none_or(|r| f.reply_to == Some(r))
             && self.since.is_none_or(|t| f.created_at >= t)
             && self.until.is_none_or(|t| f.created_at < t)
     }

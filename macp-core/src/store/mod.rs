@@ -1,6 +1,6 @@
 //! The storage seam: what a backend must store and fetch, and with which guarantees.
 //!
-//! A backend implements the six traits below and the umbrella [`Store`]. It holds no domain
+//! A backend implements the seven traits below and the umbrella [`Store`]. It holds no domain
 //! rules: validation, normalisation, alias resolution, idempotency fingerprints, caps and
 //! cursors all live in [`crate::Macp`]. What a backend *does* owe is precise storage semantics,
 //! written as a contract on each method: which writes are atomic, what order reads return, and
@@ -22,6 +22,7 @@
 
 mod agents;
 mod artifacts;
+mod claims;
 mod entities;
 mod events;
 mod findings;
@@ -29,6 +30,7 @@ mod rooms;
 
 pub use agents::*;
 pub use artifacts::*;
+pub use claims::*;
 pub use entities::*;
 pub use events::*;
 pub use findings::*;
@@ -178,6 +180,7 @@ pub trait Store:
     + EntityStore
     + ArtifactStore
     + EventStore
+    + ClaimStore
     + Debug
     + Send
     + Sync

@@ -18,7 +18,7 @@ use crate::store::append_event;
 use crate::store::search::put_vectors;
 use crate::writer::{Effects, Sync};
 
-const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, index_status, idempotency_key, created_at";
+const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, index_status, idempotency_key, created_at, reply_to, mentions";
 
 fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
     let g = |e: rusqlite::Error| sql_err(e);
@@ -35,6 +35,8 @@ fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
         index_status: IndexStatus::parse(&r.get::<_, String>(9).map_err(g)?)?,
         idempotency_key: r.get(10).map_err(g)?,
         created_at: Timestamp::from_millis(r.get(11).map_err(g)?),
+        reply_to: r.get::<_, Option<String>>(12).map_err(g)?.map(|s| parse(&s)).transpose()?,
+        mentions: from_json("mentions", &r.get::<_, String>(13).map_err(g)?)?,
     })
 }
 
@@ -92,6 +94,7 @@ impl FindingStore for SqliteStore {
         // A page read along the sequence is bounded by its limit; a filtered one may scan far.
         let plain = q.tags_any.is_empty()
             && q.agent_id.is_none()
+            && q.reply_to.is_none()
             && q.since.is_none()
             && q.until.is_none()
             && q.limit <= 1000;
@@ -114,6 +117,10 @@ impl FindingStore for SqliteStore {
             if let Some(a) = &q.agent_id {
                 sql.push_str(" AND agent_id = ?");
                 p.push(text(a));
+            }
+            if let Some(r) = q.reply_to {
+                sql.push_str(" AND reply_to = ?");
+                p.push(text(r));
             }
             if let Some(t) = q.since {
                 sql.push_str(" AND created_at >= ?");
@@ -252,7 +259,7 @@ fn append(
         .map_err(sql_err)?
         .ok_or_else(|| Error::not_found("room", &room))?;
     tx.prepare_cached(&format!(
-        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
     .and_then(|mut st| {
         st.execute(params![
@@ -268,6 +275,8 @@ fn append(
             f.index_status.as_str(),
             f.idempotency_key,
             f.created_at.as_millis(),
+            f.reply_to.map(|r| r.to_string()),
+            to_json(&f.mentions),
         ])
     })
     .map_err(sql_err)?;

@@ -2,6 +2,7 @@
 
 mod agents;
 mod artifacts;
+mod claims;
 mod entities;
 mod events;
 mod findings;

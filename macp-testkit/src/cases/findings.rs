@@ -538,3 +538,79 @@ pub async fn rooms_are_isolated(backend: Backend) {
         "not_found",
     );
 }
+
+/// A finding can answer another of the same room and mention the room's agents; a reply to
+/// a finding elsewhere or to none, and a mention of an agent not in the room, are refused and
+/// post nothing (the refusal lists who is in the room). The thread reads back with
+/// `get_timeline`, and the feed gives an agent what concerns it.
+pub async fn threads_and_mentions_reach_the_right_agent(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let question = f.post("Which deploy went out at 09:38?", &["question"]).await;
+    let noise = f.post("unrelated: cache hit rate is normal", &[]).await;
+    let reply = f
+        .macp
+        .post_finding(
+            &f.bob,
+            PostFinding::new(f.room, f.b.clone(), "checkout-api v7.3.1, by the release train")
+                .reply_to(question.finding_id),
+        )
+        .await
+        .unwrap()
+        .finding;
+    assert_eq!(reply.reply_to, Some(question.finding_id));
+    let handoff = f
+        .macp
+        .post_finding(
+            &f.bob,
+            PostFinding::new(f.room, f.b.clone(), "can you check the canary?").mentions([f.a.clone()]),
+        )
+        .await
+        .unwrap()
+        .finding;
+    assert_eq!(handoff.mentions, vec![f.a.clone()]);
+    f.macp.post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "bob's own note")).await.unwrap();
+
+    let other_room = f.macp.create_room(&f.alice, CreateRoom::new("elsewhere")).await.unwrap().room_id;
+    let oa = f.macp.join_room(&f.alice, JoinRoom::new(other_room)).await.unwrap().session.agent_id;
+    let elsewhere =
+        f.macp.post_finding(&f.alice, PostFinding::new(other_room, oa, "there")).await.unwrap().finding;
+    let before = f.all_findings(&f.alice).await.len();
+    expect_code(
+        f.macp
+            .post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "x").reply_to(elsewhere.finding_id))
+            .await,
+        "not_found",
+    );
+    expect_code(
+        f.macp
+            .post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "x").reply_to(FindingId::generate()))
+            .await,
+        "not_found",
+    );
+    let e = expect_code(
+        f.macp
+            .post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "x").mentions([agent("alice-claud")]))
+            .await,
+        "invalid_input",
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("alice-claud") && msg.contains("alice-claude") && msg.contains("bob-kiro"), "{msg}");
+    assert_eq!(f.all_findings(&f.alice).await.len(), before, "refused posts wrote nothing");
+
+    let thread =
+        f.macp.timeline(&f.alice, TimelineQuery::new(f.room).replies_to(question.finding_id)).await.unwrap();
+    assert_eq!(thread.findings.iter().map(|x| x.finding_id).collect::<Vec<_>>(), vec![reply.finding_id]);
+
+    let mine =
+        f.macp.updates(&f.alice, UpdatesQuery::new(f.room).agent(f.a.clone()).about_me()).await.unwrap();
+    let ids: Vec<_> = mine.findings.iter().map(|x| x.finding_id).collect();
+    assert_eq!(
+        ids,
+        vec![reply.finding_id, handoff.finding_id],
+        "a reply to its finding and its mention, nothing else"
+    );
+    assert!(mine.events.is_empty());
+    assert!(!ids.contains(&noise.finding_id));
+    let all = f.macp.updates(&f.alice, UpdatesQuery::new(f.room)).await.unwrap();
+    assert_eq!(mine.cursor, all.cursor, "the cursor moves past what did not concern the agent too");
+}

@@ -13,6 +13,7 @@ use crate::{Backend, ManualClock};
 
 mod agents;
 mod artifacts;
+mod claims;
 mod durability;
 mod entities;
 mod events;
@@ -22,6 +23,7 @@ mod search;
 
 pub use agents::*;
 pub use artifacts::*;
+pub use claims::*;
 pub use durability::*;
 pub use entities::*;
 pub use events::*;
