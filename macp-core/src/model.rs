@@ -90,7 +90,11 @@ wire_enum!(
         /// Not working right now (the operator may have stepped away).
         Idle = "idle",
         /// Stuck; the reason says on what, so a human can help.
-        Blocked = "blocked"
+        Blocked = "blocked",
+        /// Finished: nothing more to contribute (unlike idle, it is not coming back to work).
+        Done = "done",
+        /// Left the room. Joining again makes it active.
+        Left = "left"
     },
     "status"
 );

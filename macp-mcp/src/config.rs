@@ -18,6 +18,11 @@
 //! | `--reconcile-interval SECS` | `MACP_RECONCILE_INTERVAL` | `reconcile_interval` | 30 |
 //! | `--artifact-max-bytes N` | `MACP_ARTIFACT_MAX_BYTES` | `artifact_max_bytes` | 26214400 (25 MiB) |
 //! | `--artifact-type TYPE` (repeatable) | `MACP_ARTIFACT_TYPES` (comma-separated) | `artifact_types` | text, CSV, Markdown, JSON, NDJSON, PDF, PNG, JPEG, GIF, WebP, gzip, zip |
+//! | `--context-findings N` | `MACP_CONTEXT_FINDINGS` | `context_findings` | 20: latest findings in `get_room_context` |
+//! | `--context-entities N` | `MACP_CONTEXT_ENTITIES` | `context_entities` | 15: top entities in it |
+//! | `--context-tags N` | `MACP_CONTEXT_TAGS` | `context_tags` | 40: most used tags in it |
+//! | `--context-budget-bytes N` | `MACP_CONTEXT_BUDGET_BYTES` | `context_budget_bytes` | 16384: its size as JSON |
+//! | `--stale-after-minutes N` | `MACP_STALE_AFTER_MINUTES` | `stale_after_minutes` | 15: an agent inactive longer shows as stale |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
 //! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
@@ -114,6 +119,21 @@ pub struct ServeArgs {
     /// Content types artifacts may have (repeatable; replaces the default list).
     #[arg(long = "artifact-type", env = "MACP_ARTIFACT_TYPES", value_delimiter = ',')]
     pub artifact_types: Vec<String>,
+    /// Latest findings in the room context.
+    #[arg(long, env = "MACP_CONTEXT_FINDINGS")]
+    pub context_findings: Option<usize>,
+    /// Best-connected entities in the room context.
+    #[arg(long, env = "MACP_CONTEXT_ENTITIES")]
+    pub context_entities: Option<usize>,
+    /// Most used tags in the room context.
+    #[arg(long, env = "MACP_CONTEXT_TAGS")]
+    pub context_tags: Option<usize>,
+    /// Largest room context, in bytes of JSON.
+    #[arg(long, env = "MACP_CONTEXT_BUDGET_BYTES")]
+    pub context_budget_bytes: Option<usize>,
+    /// Minutes without activity after which an agent shows as stale.
+    #[arg(long, env = "MACP_STALE_AFTER_MINUTES")]
+    pub stale_after_minutes: Option<u64>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -175,6 +195,16 @@ pub struct FileConfig {
     /// See `--artifact-type`.
     #[serde(default)]
     pub artifact_types: Vec<String>,
+    /// See `--context-findings`.
+    pub context_findings: Option<usize>,
+    /// See `--context-entities`.
+    pub context_entities: Option<usize>,
+    /// See `--context-tags`.
+    pub context_tags: Option<usize>,
+    /// See `--context-budget-bytes`.
+    pub context_budget_bytes: Option<usize>,
+    /// See `--stale-after-minutes`.
+    pub stale_after_minutes: Option<u64>,
     /// See `--auth-issuer`.
     pub auth_issuer: Option<String>,
     /// See `--auth-jwks-url`.
@@ -231,6 +261,10 @@ pub struct Resolved {
     pub reconcile_interval: u64,
     /// Artifact limits.
     pub artifacts: macp_core::service::ArtifactConfig,
+    /// The room context's caps.
+    pub context_caps: macp_core::ContextCaps,
+    /// When an agent shows as stale.
+    pub stale_after: std::time::Duration,
     /// OAuth settings when an issuer is configured; `resource` is empty until `macp serve`
     /// knows its public URL.
     pub auth: Option<crate::auth::AuthConfig>,
@@ -278,6 +312,33 @@ impl Resolved {
                     a = a.with_content_types(&types).map_err(|e| format!("--artifact-type: {e}"))?;
                 }
                 a
+            },
+            context_caps: {
+                let mut c = macp_core::ContextCaps::default();
+                let set = |flag: &str, v: Option<usize>, to: &mut usize| -> Result<(), String> {
+                    match v {
+                        Some(0) => Err(format!("--{flag} must be at least 1")),
+                        Some(n) => {
+                            *to = n;
+                            Ok(())
+                        }
+                        None => Ok(()),
+                    }
+                };
+                set("context-findings", serve.context_findings.or(file.context_findings), &mut c.findings)?;
+                set("context-entities", serve.context_entities.or(file.context_entities), &mut c.entities)?;
+                set("context-tags", serve.context_tags.or(file.context_tags), &mut c.tags)?;
+                set(
+                    "context-budget-bytes",
+                    serve.context_budget_bytes.or(file.context_budget_bytes),
+                    &mut c.budget_bytes,
+                )?;
+                c
+            },
+            stale_after: match serve.stale_after_minutes.or(file.stale_after_minutes) {
+                Some(0) => return Err("--stale-after-minutes must be at least 1".into()),
+                Some(m) => std::time::Duration::from_secs(m * 60),
+                None => macp_core::service::DEFAULT_STALE_AFTER,
             },
             auth: match serve.auth_issuer.clone().or(file.auth_issuer) {
                 None => None,

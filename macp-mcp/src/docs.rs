@@ -43,9 +43,10 @@ cursor: pass it to get_updates to receive only what comes after, and `unread` (c
 kind). Call it when you start and whenever you are unsure.";
 
 /// `declare_status`.
-pub const DECLARE_STATUS: &str = "Tell humans and other agents what you are doing: \"active\", \"idle\" or \"blocked\". \
-When blocked, give a reason that says what would unblock you (e.g. \"need read access to prod RDS logs\"). Advisory only: \
-it never stops you or anyone from posting or reading.";
+pub const DECLARE_STATUS: &str = "Tell humans and other agents what you are doing: \"active\", \"idle\", \"blocked\", \
+\"done\" (nothing more to contribute) or \"left\" (you leave the room; join_room brings you back). When blocked, give a \
+reason that says what would unblock you (e.g. \"need read access to prod RDS logs\"). Advisory only: it never stops \
+you or anyone from posting or reading. Agents inactive for long show as stale whatever they declared.";
 
 /// `claim_work`.
 pub const CLAIM_WORK: &str = "Before you start a piece of work a teammate could also start (checking a host, testing a \

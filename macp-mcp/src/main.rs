@@ -187,7 +187,10 @@ fn lock_data(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> 
 }
 
 async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
-    let mut b = Macp::builder().artifact_config(cfg.artifacts.clone());
+    let mut b = Macp::builder()
+        .artifact_config(cfg.artifacts.clone())
+        .context_caps(cfg.context_caps.clone())
+        .stale_after(cfg.stale_after);
     let mut local_artifacts = None;
     let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
         BackendKind::Local => {

@@ -220,3 +220,19 @@ fn backup_while_eight_agents_write_holds_everything_acknowledged_before_it() {
         before.len()
     );
 }
+
+/// A room-context budget too small to hold a room at the input limits is refused at start,
+/// with the smallest that works.
+#[test]
+fn a_context_budget_that_cannot_hold_a_room_is_refused() {
+    let err = refused_at_start(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--embedder",
+        "none",
+        "--context-budget-bytes",
+        "100",
+    ]);
+    assert!(err.contains("budget must be at least"), "{err}");
+}

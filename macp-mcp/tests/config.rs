@@ -38,3 +38,24 @@ fn artifact_limits_come_from_flags_then_the_file_then_the_defaults() {
     let e = Resolved::new(&common, &bad).unwrap_err();
     assert!(e.contains("`png`"), "{e}");
 }
+
+#[test]
+fn context_caps_come_from_flags_then_the_file_then_the_defaults() {
+    let defaults = Resolved::new(&with_file("").1, &ServeArgs::default()).unwrap().context_caps;
+    assert_eq!(defaults, macp_core::ContextCaps::default());
+
+    let (_d, common) = with_file("context_findings = 5\ncontext_budget_bytes = 65536\n");
+    let from_file = Resolved::new(&common, &ServeArgs::default()).unwrap().context_caps;
+    assert_eq!(
+        (from_file.findings, from_file.budget_bytes, from_file.entities),
+        (5, 65_536, defaults.entities)
+    );
+
+    let flags = ServeArgs { context_findings: Some(50), context_tags: Some(3), ..ServeArgs::default() };
+    let from_flags = Resolved::new(&common, &flags).unwrap().context_caps;
+    assert_eq!((from_flags.findings, from_flags.tags, from_flags.budget_bytes), (50, 3, 65_536));
+
+    let zero = ServeArgs { context_entities: Some(0), ..ServeArgs::default() };
+    let e = Resolved::new(&common, &zero).unwrap_err();
+    assert!(e.contains("--context-entities"), "{e}");
+}

@@ -200,6 +200,7 @@ macro_rules! conformance_tests {
             writes_require_a_joined_agent,
             agents_per_room_capacity_is_refused_with_its_limit,
             status_is_advisory_and_gates_nothing,
+            presence_says_done_left_and_stale,
             post_finding_commits_pending_in_sequence_with_attribution,
             idempotent_post_returns_first_result_and_writes_nothing,
             idempotency_key_reused_with_other_payload_conflicts,

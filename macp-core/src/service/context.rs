@@ -96,6 +96,9 @@ pub struct ContextAgents {
     pub shown: usize,
     /// Most recently active first.
     pub items: Vec<AgentSession>,
+    /// Agents (of all, not only those shown) that have not been active for longer than the
+    /// server's stale time, whatever they last declared.
+    pub stale: Vec<AgentId>,
 }
 
 /// `get_room_context`: which room, and as which agent.
@@ -197,7 +200,13 @@ impl Macp {
         let newest_seq = latest.last().map_or(0, |f| f.seq);
         let total = newest_seq.max(stats.total.saturating_sub(later.len() as u64));
         let top = self.top_entities(room_id, &aliases, caps.entities).await?;
-        let counts = AgentCounts::of(&agents);
+        let now = self.now();
+        let counts = AgentCounts::of(&agents, now, self.inner.stale_after_ms);
+        let stale: Vec<AgentId> = agents
+            .iter()
+            .filter(|a| super::rooms::is_stale(a, now, self.inner.stale_after_ms))
+            .map(|a| a.agent_id.clone())
+            .collect();
         agents.sort_by(|a, b| b.last_active.cmp(&a.last_active).then(a.agent_id.cmp(&b.agent_id)));
         agents.truncate(caps.agents);
 
@@ -226,7 +235,7 @@ impl Macp {
                     })
                     .collect(),
             },
-            agents: ContextAgents { counts, shown: agents.len(), items: agents },
+            agents: ContextAgents { counts, shown: agents.len(), items: agents, stale },
             artifact_count,
             claims_total: claims.len(),
             claims,

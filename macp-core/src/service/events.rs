@@ -295,7 +295,10 @@ impl Macp {
         let store = &self.inner.store;
         // The agent is needed to acknowledge, and to start from its read position.
         let agent = if q.ack || q.about_me || (given.is_none() && q.agent_id.is_some()) {
-            Some(self.agent_session(who, q.room_id, q.agent_id.as_ref()).await?.agent_id)
+            let session = self.agent_session(who, q.room_id, q.agent_id.as_ref()).await?;
+            // Reading its feed as itself is activity: an agent that only listens is not stale.
+            self.touch(&session).await;
+            Some(session.agent_id)
         } else {
             None
         };

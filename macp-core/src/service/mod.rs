@@ -108,7 +108,11 @@ pub struct MacpBuilder {
     search: SearchConfig,
     blobs: Option<Arc<dyn BlobStore>>,
     artifacts: ArtifactConfig,
+    stale_after: Option<std::time::Duration>,
 }
+
+/// How long an agent may go without activity before it shows as stale, by default.
+pub const DEFAULT_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl MacpBuilder {
     /// A builder with default limits and caps and no store.
@@ -165,6 +169,13 @@ impl MacpBuilder {
         self
     }
 
+    /// How long an agent may go without activity (a write or a join) before the context and
+    /// summary show it as stale, whatever it declared (default [`DEFAULT_STALE_AFTER`]).
+    pub fn stale_after(mut self, after: std::time::Duration) -> Self {
+        self.stale_after = Some(after);
+        self
+    }
+
     /// Search settings (default: [`SearchConfig::default`]).
     pub fn search_config(mut self, config: SearchConfig) -> Self {
         self.search = config;
@@ -216,6 +227,11 @@ impl MacpBuilder {
                 caps: self.context_caps,
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 feed: Arc::default(),
+                stale_after_ms: self
+                    .stale_after
+                    .unwrap_or(DEFAULT_STALE_AFTER)
+                    .as_millis()
+                    .min(i64::MAX as u128) as i64,
             }),
         })
     }
@@ -237,6 +253,7 @@ struct Inner {
     caps: ContextCaps,
     clock: Arc<dyn Clock>,
     feed: Arc<events::Feed>,
+    stale_after_ms: i64,
 }
 
 impl fmt::Debug for Macp {

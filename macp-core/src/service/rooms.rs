@@ -239,20 +239,39 @@ pub struct AgentCounts {
     pub idle: u64,
     /// Declared blocked.
     pub blocked: u64,
+    /// Declared done: nothing more to contribute.
+    pub done: u64,
+    /// Left the room.
+    pub left: u64,
+    /// Of the agents that did not leave or finish, those not active for longer than the
+    /// server's stale time, whatever they last declared: do not count on them.
+    pub stale: u64,
 }
 
 impl AgentCounts {
-    pub(crate) fn of(agents: &[AgentSession]) -> Self {
+    pub(crate) fn of(agents: &[AgentSession], now: Timestamp, stale_after_ms: i64) -> Self {
         let mut c = AgentCounts { total: agents.len() as u64, ..Default::default() };
         for a in agents {
             match a.agent_status {
                 AgentStatus::Active => c.active += 1,
                 AgentStatus::Idle => c.idle += 1,
                 AgentStatus::Blocked => c.blocked += 1,
+                AgentStatus::Done => c.done += 1,
+                AgentStatus::Left => c.left += 1,
+            }
+            if is_stale(a, now, stale_after_ms) {
+                c.stale += 1;
             }
         }
         c
     }
+}
+
+/// An agent that still counts as working (not done, not left) but has not been active for
+/// longer than `stale_after_ms`.
+pub(crate) fn is_stale(a: &AgentSession, now: Timestamp, stale_after_ms: i64) -> bool {
+    !matches!(a.agent_status, AgentStatus::Done | AgentStatus::Left)
+        && now.as_millis() - a.last_active.as_millis() > stale_after_ms
 }
 
 /// `get_room_summary`: aggregate status of a room.
@@ -347,8 +366,11 @@ impl Macp {
                     "agent id `{agent_id}` in this room was joined by another user; join with a different agent_id"
                 ),
             }),
-            Insert::Existing(_) => {
-                let update = AgentUpdate { last_active: Some(now), agent_type, status: None };
+            Insert::Existing(existing) => {
+                // Coming back after leaving (or finishing) is working again.
+                let status = matches!(existing.agent_status, AgentStatus::Left | AgentStatus::Done)
+                    .then(|| (AgentStatus::Active, None, now));
+                let update = AgentUpdate { last_active: Some(now), agent_type, status };
                 store
                     .update_agent(req.room_id, &agent_id, &update, None)
                     .await?
@@ -433,7 +455,7 @@ impl Macp {
             .max()
             .unwrap_or(room.created_at);
         Ok(RoomSummary {
-            agents: AgentCounts::of(&agents),
+            agents: AgentCounts::of(&agents, self.now(), self.inner.stale_after_ms),
             finding_count: findings.total,
             entity_count: entities.canonical,
             relationship_count: entities.relationships,

@@ -157,3 +157,38 @@ pub async fn status_is_advisory_and_gates_nothing(backend: Backend) {
         "invalid_input",
     );
 }
+
+/// Presence does not lie: an agent can say it is done (not idle) or leave, and rejoining makes
+/// it active; an agent not active for longer than the stale time shows as stale in the context
+/// and the summary whatever it declared, and reading its feed as itself counts as activity.
+pub async fn presence_says_done_left_and_stale(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let carol = agent("carol-codex");
+    f.macp.join_room(&f.bob, JoinRoom::new(f.room).agent(carol.clone())).await.unwrap();
+    f.macp.declare_status(&f.bob, DeclareStatus::new(f.room, f.b.clone(), AgentStatus::Done)).await.unwrap();
+    f.macp
+        .declare_status(&f.bob, DeclareStatus::new(f.room, carol.clone(), AgentStatus::Left))
+        .await
+        .unwrap();
+    let s = f.macp.room_summary(&f.alice, f.room).await.unwrap();
+    assert_eq!((s.agents.active, s.agents.done, s.agents.left, s.agents.stale), (1, 1, 1, 0));
+
+    let back = f.macp.join_room(&f.bob, JoinRoom::new(f.room).agent(carol.clone())).await.unwrap();
+    assert_eq!(back.agent_status, AgentStatus::Active, "joining again after leaving is working again");
+
+    // 16 minutes without activity: alice's and carol's agents are stale (bob's is done).
+    f.clock.advance_ms(16 * 60_000);
+    let ctx = f.macp.room_context(&f.bob, f.room).await.unwrap();
+    let mut stale = ctx.agents.stale.clone();
+    stale.sort();
+    assert_eq!(stale, vec![f.a.clone(), carol.clone()], "stale whatever they declared; a done agent is not");
+    assert_eq!(ctx.agents.counts.stale, 2);
+    // Alice's agent reads its feed and acknowledges: active again.
+    let u = f.macp.updates(&f.alice, UpdatesQuery::new(f.room).agent(f.a.clone())).await.unwrap();
+    f.macp
+        .updates(&f.alice, UpdatesQuery::new(f.room).agent(f.a.clone()).cursor(u.cursor).ack())
+        .await
+        .unwrap();
+    let s = f.macp.room_summary(&f.alice, f.room).await.unwrap();
+    assert_eq!(s.agents.stale, 1, "only carol's agent is still stale");
+}
