@@ -255,6 +255,33 @@ resource "aws_dynamodb_table" "claims" {
   }
 }
 
+# The decision queue: questions agents put to the people, and their first answer.
+resource "aws_dynamodb_table" "decisions" {
+  name                        = "${var.name_prefix}decisions"
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "room_id"
+  range_key                   = "decision_id"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "room_id"
+    type = "S"
+  }
+
+  attribute {
+    name = "decision_id"
+    type = "S"
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
+  }
+}
+
 resource "aws_dynamodb_table" "artifacts" {
   name                        = "${var.name_prefix}artifacts"
   billing_mode                = "PAY_PER_REQUEST"
@@ -292,5 +319,6 @@ locals {
     artifacts      = aws_dynamodb_table.artifacts
     events         = aws_dynamodb_table.events
     claims         = aws_dynamodb_table.claims
+    decisions      = aws_dynamodb_table.decisions
   }
 }

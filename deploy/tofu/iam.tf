@@ -63,6 +63,7 @@ data "aws_iam_policy_document" "server" {
       "${aws_dynamodb_table.artifacts.arn}/index/*",
       aws_dynamodb_table.events.arn,
       aws_dynamodb_table.claims.arn,
+      aws_dynamodb_table.decisions.arn,
     ]
   }
 

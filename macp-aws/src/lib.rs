@@ -93,6 +93,8 @@ pub struct Names {
     pub events: String,
     /// `<prefix>claims`.
     pub claims: String,
+    /// `<prefix>decisions`.
+    pub decisions: String,
     /// The private artifact bucket.
     pub artifact_bucket: String,
     /// The S3 Vectors bucket.
@@ -192,6 +194,7 @@ impl AwsBuilder {
             artifacts: format!("{prefix}artifacts"),
             events: format!("{prefix}events"),
             claims: format!("{prefix}claims"),
+            decisions: format!("{prefix}decisions"),
             artifact_bucket: self
                 .artifact_bucket
                 .clone()

@@ -74,6 +74,7 @@ impl AwsBackend {
             "agent_sessions" => &self.names.agents,
             "events" => &self.names.events,
             "claims" => &self.names.claims,
+            "decisions" => &self.names.decisions,
             _ => &self.names.artifacts,
         }
     }

@@ -130,6 +130,12 @@ ulid_id!(
     "artifact_id",
     "artifact ids are the ULIDs returned by register_artifact"
 );
+ulid_id!(
+    /// A decision's id: a ULID minted by the service when an agent asks the people.
+    DecisionId,
+    "decision_id",
+    "decision ids are the ULIDs returned by ask_decision and listed in get_room_context"
+);
 
 /// Which of a user's agents acts: chosen by the client at `join_room` (or generated), unique
 /// within a room, and owned by the user who joined it.
@@ -397,6 +403,7 @@ mod schema {
     string_schema!(super::FindingId, "FindingId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "A finding id (ULID)."});
     string_schema!(super::EntityId, "EntityId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "An entity id (ULID)."});
     string_schema!(super::ArtifactId, "ArtifactId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "An artifact id (ULID)."});
+    string_schema!(super::DecisionId, "DecisionId", {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}$", "description": "A decision id (ULID)."});
     string_schema!(super::AgentId, "AgentId", {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9._-]+$", "description": "An agent id, unique within a room."});
     string_schema!(super::UserId, "UserId", {"type": "string", "minLength": 1, "maxLength": 256, "description": "The person behind an action."});
     string_schema!(super::Timestamp, "Timestamp", {"type": "string", "format": "date-time", "description": "RFC 3339 time, UTC."});

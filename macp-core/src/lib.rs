@@ -59,7 +59,7 @@ pub mod store;
 pub mod validate;
 
 pub use error::{Error, ErrorBody, Result};
-pub use ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
+pub use ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp, UserId};
 pub use limits::{ContextCaps, Limits};
 pub use service::{Clock, Macp, MacpBuilder, Principal, SystemClock};
 pub use store::{Capabilities, Store};

@@ -12,17 +12,17 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
+use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::model::{
-    AgentSession, Artifact, Claim, Entity, Event, EventKind, Finding, Identifier, IndexStatus, Relationship,
-    Room, RoomStatus,
+    AgentSession, Answer, Artifact, Claim, Decision, Entity, Event, EventKind, Finding, Identifier,
+    IndexStatus, Relationship, Room, RoomStatus,
 };
 use crate::search::keyword::KeywordIndex;
 use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, ClaimOutcome,
-    ClaimStore, CreateOutcome, EntityStats, EntityStore, EventStore, FindingQuery, FindingStats,
-    FindingStore, IdempotencyKey, IdempotencyRecord, Insert, KeywordSearch, RelationshipKey, RoomKey,
-    RoomStore, Store, Write,
+    ClaimStore, CreateOutcome, DecisionStore, EntityStats, EntityStore, EventStore, FindingQuery,
+    FindingStats, FindingStore, IdempotencyKey, IdempotencyRecord, Insert, KeywordSearch, RelationshipKey,
+    RoomKey, RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -48,6 +48,7 @@ struct State {
     events: HashMap<RoomId, Vec<Event>>,
     read_positions: HashMap<(RoomId, AgentId), u64>,
     claims: BTreeMap<(RoomId, String), Claim>,
+    decisions: BTreeMap<(RoomId, DecisionId), Decision>,
 }
 
 impl MemoryStore {
@@ -720,5 +721,45 @@ impl ClaimStore for MemoryStore {
             .collect();
         out.sort_by(|a, b| (a.claimed_at, &a.key).cmp(&(b.claimed_at, &b.key)));
         Ok(out)
+    }
+}
+
+#[async_trait]
+impl DecisionStore for MemoryStore {
+    async fn insert_decision(&self, decision: &Decision, event: &Event) -> Result<()> {
+        interleave().await;
+        let mut s = self.lock();
+        s.decisions.insert((decision.room_id, decision.decision_id), decision.clone());
+        s.push_event(decision.room_id, event);
+        Ok(())
+    }
+
+    async fn answer_decision(
+        &self,
+        room_id: RoomId,
+        decision_id: DecisionId,
+        answer: &Answer,
+        event: &Event,
+    ) -> Result<Option<Decision>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(d) = s.decisions.get_mut(&(room_id, decision_id)) else { return Ok(None) };
+        if d.answer.is_some() {
+            return Ok(Some(d.clone()));
+        }
+        d.answer = Some(answer.clone());
+        let out = d.clone();
+        s.push_event(room_id, event);
+        Ok(Some(out))
+    }
+
+    async fn list_decisions(&self, room_id: RoomId, open_only: bool) -> Result<Vec<Decision>> {
+        interleave().await;
+        let s = self.lock();
+        Ok(s.decisions
+            .iter()
+            .filter(|((r, _), d)| *r == room_id && (!open_only || d.answer.is_none()))
+            .map(|(_, d)| d.clone())
+            .collect())
     }
 }

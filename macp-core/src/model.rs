@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, ArtifactId, EntityId, FindingId, RoomId, Timestamp, UserId};
+use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp, UserId};
 
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }, $field:literal) => {
@@ -424,7 +424,12 @@ wire_enum!(
         /// An agent claimed a piece of work, or renewed its claim (the summary says which).
         WorkClaimed = "work_claimed",
         /// An agent released its claim.
-        ClaimReleased = "claim_released"
+        ClaimReleased = "claim_released",
+        /// An agent asked the people to decide something (`decision_id` in the summary's place:
+        /// read it in get_room_context).
+        DecisionAsked = "decision_asked",
+        /// A decision was answered (the summary says by whom and through which channel).
+        DecisionAnswered = "decision_answered"
     },
     "kinds"
 );
@@ -556,4 +561,75 @@ impl Claim {
     pub fn is_held(&self, now: Timestamp) -> bool {
         self.released_at.is_none() && self.expires_at > now
     }
+}
+
+wire_enum!(
+    /// How soon the people should answer a decision.
+    Urgency {
+        /// When convenient.
+        Low = "low",
+        /// Soon (the default).
+        Normal = "normal",
+        /// Work is waiting on it.
+        High = "high"
+    },
+    "urgency"
+);
+
+wire_enum!(
+    /// Through which channel an answer came. Only a person's own tool gives `person`: the MCP
+    /// server records every answer it takes as relayed by an agent, whatever the agent says.
+    AnswerChannel {
+        /// A person answered directly (`macp decide` on the command line, or a web view).
+        Person = "person",
+        /// An agent relayed an answer (through MCP).
+        Agent = "agent"
+    },
+    "channel"
+);
+
+/// A question an agent put to the people of a room, and its answer once given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Decision {
+    /// The room.
+    pub room_id: RoomId,
+    /// ULID, minted when asked.
+    pub decision_id: DecisionId,
+    /// The question.
+    pub question: String,
+    /// The choices offered, if any (an answer may still be free text).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    /// Findings that bear on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finding_ids: Vec<FindingId>,
+    /// How soon.
+    pub urgency: Urgency,
+    /// The agent that asked.
+    pub asked_by: AgentId,
+    /// Its person.
+    pub asked_by_user: UserId,
+    /// When.
+    pub asked_at: Timestamp,
+    /// The answer, once given (first answer wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Answer>,
+}
+
+/// The answer to a [`Decision`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Answer {
+    /// What was decided.
+    pub text: String,
+    /// The person who answered (or on whose behalf an agent relayed it).
+    pub user_id: UserId,
+    /// How it came: `person` directly, or `agent` relaying.
+    pub channel: AnswerChannel,
+    /// The relaying agent, for `agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<AgentId>,
+    /// When.
+    pub at: Timestamp,
 }

@@ -226,6 +226,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE findings ADD COLUMN mentions TEXT NOT NULL DEFAULT '[]';
     CREATE INDEX findings_by_reply ON findings (room_id, reply_to) WHERE reply_to IS NOT NULL;
     "#,
+    // 7: the decision queue; `doc` is the decision as JSON, `answered` says whether it has an
+    // answer (the condition of the first-answer-wins update, and the open listing).
+    r#"
+    CREATE TABLE decisions (
+        room_id     TEXT NOT NULL,
+        decision_id TEXT NOT NULL,
+        answered    INTEGER NOT NULL DEFAULT 0,
+        doc         TEXT NOT NULL,
+        PRIMARY KEY (room_id, decision_id)
+    ) STRICT, WITHOUT ROWID;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -24,6 +24,9 @@ const CHANGE: Access = Access { writes: true, destructive: true, idempotent: tru
 pub const TOOLS: &[(&str, Access)] = &[
     ("add_entity", ADD_KEYED),
     ("add_relationship", ADD_KEYED),
+    // The first answer stands; a second is refused.
+    ("answer_decision", Access { writes: true, destructive: false, idempotent: true }),
+    ("ask_decision", ADD),
     // Claiming again renews (same holder, later expiry); releasing twice finds nothing to release.
     ("claim_work", Access { writes: true, destructive: false, idempotent: false }),
     ("close_room", CHANGE),

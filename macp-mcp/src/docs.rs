@@ -54,6 +54,17 @@ hypothesis, running a migration), claim it: a short subject, optionally the enti
 (default 30). If another agent holds it you get a conflict naming them and until when: pick other work or ask them. \
 Claim again to renew; pass release: true when done or giving up. Open claims are listed in get_room_context.";
 
+/// `ask_decision`.
+pub const ASK_DECISION: &str = "Ask the people a question you should not decide alone (fail over now? roll back? page \
+someone?): the question, options if there are clear ones, the findings that bear on it, and urgency (low, normal, \
+high). It stays at the top of get_room_context and get_room_summary until a person answers; you see the answer as a \
+decision_answered change in get_updates. Keep working on what does not depend on it.";
+
+/// `answer_decision`.
+pub const ANSWER_DECISION: &str = "Relay a person's answer to an open decision (decision_id from get_room_context), when \
+your person told you what they decided. It is recorded as relayed by your agent for your person, never as their own \
+answer; people answer directly with `macp decide`. The first answer stands.";
+
 /// `post_finding`.
 pub const POST_FINDING: &str = "Share one thing you learned with the room: a fact, hypothesis, piece of evidence, root \
 cause, remediation or dead end. Be specific (times, hosts, ids). Add tags (triage, hypothesis, evidence, root-cause, \

@@ -73,6 +73,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List a room's decisions: the questions agents asked the people (open ones unless --all).
+    Decisions {
+        /// The room id.
+        room: RoomId,
+        /// Include answered ones.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer a decision as yourself (the local user, or --local-user): recorded as a person's
+    /// own answer, which no agent can give.
+    Decide {
+        /// The room id.
+        room: RoomId,
+        /// The decision id (from `macp decisions`).
+        decision: macp_core::DecisionId,
+        /// What you decided.
+        answer: String,
+        /// Who you are (default: the local user).
+        #[arg(long, env = "MACP_LOCAL_USER")]
+        local_user: Option<String>,
+    },
     /// Index every finding still pending (a reconciler pass to completion).
     Reconcile,
     /// Rebuild the vector index with the configured embedder.
@@ -330,6 +354,47 @@ async fn run(cli: Cli) -> Result<(), String> {
                     None => return Ok(()),
                 }
             }
+        }
+        Command::Decisions { room, all, json } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg, Use::Command).await?.macp;
+            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            for d in macp.list_decisions(&who, room, !all).await.map_err(|e| e.to_string())? {
+                if json {
+                    println!("{}", serde_json::to_string(&d).unwrap_or_default());
+                    continue;
+                }
+                println!(
+                    "{} [{}] asked by {} ({}) at {}",
+                    d.decision_id, d.urgency, d.asked_by, d.asked_by_user, d.asked_at
+                );
+                println!("    {}", d.question);
+                if !d.options.is_empty() {
+                    println!("    options: {}", d.options.join(" | "));
+                }
+                if let Some(a) = &d.answer {
+                    println!("    answered \"{}\" by {} ({}) at {}", a.text, a.user_id, a.channel, a.at);
+                }
+            }
+            Ok(())
+        }
+        Command::Decide { room, decision, answer, local_user } => {
+            let serve = ServeArgs { local_user, ..ServeArgs::default() };
+            let cfg = Resolved::new(&cli.common, &serve)?;
+            let macp = open(&cfg, Use::Command).await?.macp;
+            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            let req = macp_core::service::AnswerDecision {
+                room_id: room,
+                decision_id: decision,
+                answer,
+                agent_id: None,
+            };
+            let d = macp
+                .answer_decision(&who, req, macp_core::service::AnswerVia::Person)
+                .await
+                .map_err(|e| e.to_string())?;
+            println!("answered: {}", d.answer.map(|a| a.text).unwrap_or_default());
+            Ok(())
         }
         Command::Timeline { room, json } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;

@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::http::request::Parts;
-use macp_core::model::{AgentSession, Room};
+use macp_core::model::{AgentSession, Decision, Room};
 use macp_core::service::{
-    AddEntity, AddRelationship, ArtifactOutcome, ArtifactPage, ClaimResult, ClaimWork, ContextQuery,
-    CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage, GraphQuery, JoinRoom, Joined,
-    ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding, RegisterArtifact,
-    RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary, SearchFindings,
-    SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    AddEntity, AddRelationship, AnswerDecision, AnswerVia, ArtifactOutcome, ArtifactPage, AskDecision,
+    ClaimResult, ClaimWork, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
+    GraphQuery, JoinRoom, Joined, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding,
+    PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef,
+    RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -345,6 +345,28 @@ impl MacpMcp {
         let mut req: ClaimWork = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.claim_work(&who, req).await)
+    }
+
+    #[tool(description = docs::ASK_DECISION, output_schema = output::<Decision>(), input_schema = input::<AskDecision>())]
+    async fn ask_decision(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Decision> {
+        let who = self.who(&ctx)?;
+        let mut req: AskDecision = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.ask_decision(&who, req).await)
+    }
+
+    /// Always recorded as relayed by an agent: nothing an MCP client sends can make an answer
+    /// read as a person's own.
+    #[tool(description = docs::ANSWER_DECISION, output_schema = output::<Decision>(), input_schema = input::<AnswerDecision>())]
+    async fn answer_decision(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Decision> {
+        let who = self.who(&ctx)?;
+        let mut req: AnswerDecision = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.answer_decision(&who, req, AnswerVia::Agent).await)
     }
 
     #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]

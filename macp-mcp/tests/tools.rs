@@ -66,7 +66,7 @@ async fn err(c: &Client, tool: &str, args: Value, code: &str) -> Value {
     body
 }
 
-const TOOLS: [&str; 16] = [
+const TOOLS: [&str; 18] = [
     "create_room",
     "join_room",
     "close_room",
@@ -83,6 +83,8 @@ const TOOLS: [&str; 16] = [
     "merge_entities",
     "get_entity_graph",
     "claim_work",
+    "ask_decision",
+    "answer_decision",
 ];
 
 #[tokio::test]
@@ -116,7 +118,7 @@ async fn artifact_tools_exist_only_with_an_artifact_store() {
         .unwrap();
     let c = connect(&with, "alice").await;
     let tools = c.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 19, "all of the design's tools and claim_work");
+    assert_eq!(tools.len(), 21, "all of the design's tools, claim_work and the decision queue");
     for name in ["request_artifact_upload", "register_artifact", "list_artifacts"] {
         let t = tools.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} listed"));
         assert!(t.output_schema.is_some());
@@ -424,7 +426,7 @@ async fn skill_md_and_the_server_name_exactly_the_same_tools() {
     let c = connect(&macp, "alice").await;
     let tools: std::collections::BTreeSet<String> =
         c.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(tools.len(), 19);
+    assert_eq!(tools.len(), 21);
     let skill = macp_mcp::docs::SKILL_FILE;
 
     // Every tool has a worked example: a line that starts with the tool's name in backticks.

@@ -243,6 +243,7 @@ macro_rules! conformance_tests {
             an_unknown_room_has_no_feed,
             one_of_sixteen_concurrent_claimers_holds_the_work,
             claims_renew_release_and_lapse,
+            decisions_wait_for_the_people_and_record_who_answered,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -409,6 +410,7 @@ mod tests {
             include_str!("cases/durability.rs"),
             include_str!("cases/events.rs"),
             include_str!("cases/claims.rs"),
+            include_str!("cases/decisions.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

@@ -5,7 +5,7 @@ macp-aws/schema.json is the contract: the Rust setup operation creates exactly t
 tables, and this script fails if the module drifts from it. It parses every .tf file with
 python-hcl2 (no tofu/terraform binary, no AWS account) and checks:
 
-  * the eight tables: name <prefix variable><table>, hash and range keys, attribute names and
+  * the nine tables: name <prefix variable><table>, hash and range keys, attribute names and
     types, every LSI and GSI with its keys and projection, billing mode, point-in-time recovery
     and server-side encryption; no table that schema.json does not list;
   * the S3 Vectors index: data type and distance metric as schema.json says, dimension taken from

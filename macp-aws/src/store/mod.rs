@@ -3,6 +3,7 @@
 mod agents;
 mod artifacts;
 mod claims;
+mod decisions;
 mod entities;
 mod events;
 mod findings;

@@ -11,7 +11,7 @@ use super::{Macp, Principal};
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::limits::ContextCaps;
-use crate::model::{AgentSession, Claim, EntityType, EventKind, Finding, Identifier, Room};
+use crate::model::{AgentSession, Claim, Decision, EntityType, EventKind, Finding, Identifier, Room};
 use crate::store::FindingQuery;
 
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit
@@ -132,6 +132,9 @@ impl ContextQuery {
 pub struct RoomContext {
     /// The room, with its objective.
     pub room: Room,
+    /// Questions agents asked the people that are not answered yet, oldest first: read them
+    /// first.
+    pub open_decisions: Vec<Decision>,
     /// Latest findings and the total.
     pub findings: ContextFindings,
     /// Findings per tag over the whole room (which lines of inquiry exist or are closed): the
@@ -181,7 +184,17 @@ impl Macp {
         let head = store.last_event_seq(room_id).await?;
         // Independent reads, at once: on a networked store (DynamoDB) each is a round trip.
         let latest_query = FindingQuery::latest(caps.findings);
-        let (room, aliases, stats, mut latest, entity_stats, mut agents, artifact_count, claims) = tokio::try_join!(
+        let (
+            room,
+            aliases,
+            stats,
+            mut latest,
+            entity_stats,
+            mut agents,
+            artifact_count,
+            claims,
+            open_decisions,
+        ) = tokio::try_join!(
             self.room(room_id),
             self.aliases(room_id),
             store.finding_stats(room_id),
@@ -190,6 +203,7 @@ impl Macp {
             store.list_agents(room_id),
             store.count_artifacts(room_id),
             store.list_claims(room_id, self.now()),
+            self.decisions(room_id, true),
         )?;
         let later = store.list_events(room_id, head, &[EventKind::FindingPosted], 10_000).await?;
         latest.retain(|f| !later.iter().any(|e| e.finding_id == Some(f.finding_id)));
@@ -216,6 +230,7 @@ impl Macp {
         let tag_counts = most_used(stats.tag_counts, caps.tags);
         let mut ctx = RoomContext {
             room,
+            open_decisions,
             findings: ContextFindings { total, shown: items.len(), items },
             tags_shown: tag_counts.len(),
             tag_counts,

@@ -22,6 +22,7 @@
 mod artifacts;
 mod claims;
 mod context;
+mod decisions;
 mod entities;
 mod events;
 mod findings;
@@ -43,6 +44,7 @@ pub use claims::{ClaimResult, ClaimWork, DEFAULT_CLAIM_MINUTES, MAX_CLAIM_MINUTE
 pub use context::{
     ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, ContextQuery, RoomContext,
 };
+pub use decisions::{AnswerDecision, AnswerVia, AskDecision, MAX_DECISION_OPTIONS};
 pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,

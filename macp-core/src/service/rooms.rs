@@ -280,6 +280,8 @@ pub(crate) fn is_stale(a: &AgentSession, now: Timestamp, stale_after_ms: i64) ->
 pub struct RoomSummary {
     /// The room.
     pub room: Room,
+    /// Questions to the people not answered yet, oldest first.
+    pub open_decisions: Vec<crate::model::Decision>,
     /// Agents by declared status.
     pub agents: AgentCounts,
     /// Number of findings.
@@ -441,12 +443,13 @@ impl Macp {
     pub async fn room_summary(&self, _who: &Principal, room_id: RoomId) -> Result<RoomSummary> {
         let store = &self.inner.store;
         // Independent reads, at once (each is a round trip on a networked store).
-        let (room, agents, findings, entities, artifact_count) = tokio::try_join!(
+        let (room, agents, findings, entities, artifact_count, open_decisions) = tokio::try_join!(
             self.room(room_id),
             store.list_agents(room_id),
             store.finding_stats(room_id),
             store.entity_stats(room_id),
             store.count_artifacts(room_id),
+            self.decisions(room_id, true),
         )?;
         let latest_activity = [Some(room.created_at), room.closed_at, findings.last_created_at]
             .into_iter()
@@ -455,6 +458,7 @@ impl Macp {
             .max()
             .unwrap_or(room.created_at);
         Ok(RoomSummary {
+            open_decisions,
             agents: AgentCounts::of(&agents, self.now(), self.inner.stale_after_ms),
             finding_count: findings.total,
             entity_count: entities.canonical,

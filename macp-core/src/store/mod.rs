@@ -1,6 +1,6 @@
 //! The storage seam: what a backend must store and fetch, and with which guarantees.
 //!
-//! A backend implements the seven traits below and the umbrella [`Store`]. It holds no domain
+//! A backend implements the eight traits below and the umbrella [`Store`]. It holds no domain
 //! rules: validation, normalisation, alias resolution, idempotency fingerprints, caps and
 //! cursors all live in [`crate::Macp`]. What a backend *does* owe is precise storage semantics,
 //! written as a contract on each method: which writes are atomic, what order reads return, and
@@ -23,6 +23,7 @@
 mod agents;
 mod artifacts;
 mod claims;
+mod decisions;
 mod entities;
 mod events;
 mod findings;
@@ -31,6 +32,7 @@ mod rooms;
 pub use agents::*;
 pub use artifacts::*;
 pub use claims::*;
+pub use decisions::*;
 pub use entities::*;
 pub use events::*;
 pub use findings::*;
@@ -181,6 +183,7 @@ pub trait Store:
     + ArtifactStore
     + EventStore
     + ClaimStore
+    + DecisionStore
     + Debug
     + Send
     + Sync
