@@ -216,7 +216,7 @@ impl Macp {
     /// Decisions oldest first: by when they were asked, then by id.
     pub(crate) async fn decisions(&self, room_id: RoomId, open_only: bool) -> Result<Vec<Decision>> {
         let mut d = self.inner.store.list_decisions(room_id, open_only).await?;
-        d.sort_by(|a, b| (a.asked_at, a.decision_id).cmp(&(b.asked_at, b.decision_id)));
+        d.sort_by_key(|a| (a.asked_at, a.decision_id));
         Ok(d)
     }
 }
