@@ -133,11 +133,8 @@ async fn evaluate(
         let agent = match joined.get(&(room, f.agent.as_str())) {
             Some(a) => a.clone(),
             None => {
-                let a = macp
-                    .join_room(&who, JoinRoom::new(room).agent(AgentId::new(&f.agent)?))
-                    .await?
-                    .session
-                    .agent_id;
+                let a =
+                    macp.join_room(&who, JoinRoom::new(room).agent(AgentId::new(&f.agent)?)).await?.agent_id;
                 joined.insert((room, &f.agent), a.clone());
                 a
             }

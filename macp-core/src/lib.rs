@@ -33,9 +33,9 @@
 //! let b = macp.join_room(&bob, JoinRoom::new(room.room_id)).await?;
 //!
 //! // Two agents name the same host: they converge on one entity.
-//! let one = macp.add_entity(&alice, AddEntity::new(room.room_id, a.agent_id, "web-1", EntityType::Resource)
+//! let one = macp.add_entity(&alice, AddEntity::new(room.room_id, a.agent_id.clone(), "web-1", EntityType::Resource)
 //!     .identifier("hostname", "web-1.prod")).await?;
-//! let two = macp.add_entity(&bob, AddEntity::new(room.room_id, b.agent_id, "Web 1", EntityType::Resource)
+//! let two = macp.add_entity(&bob, AddEntity::new(room.room_id, b.agent_id.clone(), "Web 1", EntityType::Resource)
 //!     .identifier("hostname", "WEB-1.prod.")).await?;
 //! assert_eq!(one.entity.entity_id, two.entity.entity_id);
 //! assert!(!two.created);

@@ -195,6 +195,26 @@ pub struct AgentSession {
     pub status_reason: Option<String>,
     /// When the status was last declared.
     pub status_updated_at: Timestamp,
+    /// What this agent has not acknowledged yet. Only in `join_room`'s answer (not stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unread: Option<Unread>,
+}
+
+/// Changes an agent has not acknowledged yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Unread {
+    /// How many changes in all.
+    pub total: u64,
+    /// How many of each kind (kinds with none omitted).
+    pub by_kind: std::collections::BTreeMap<EventKind, u64>,
+}
+
+impl Unread {
+    /// The counts, with their total.
+    pub fn of(by_kind: std::collections::BTreeMap<EventKind, u64>) -> Self {
+        Self { total: by_kind.values().sum(), by_kind }
+    }
 }
 
 /// A typed, free-form pointer to proof. Artifact linkage is not enforced, by design.

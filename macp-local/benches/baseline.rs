@@ -29,7 +29,7 @@ async fn run(label: &str, store: Arc<dyn Store>) {
 
     // One writer.
     let room = macp.create_room(&me, CreateRoom::new("bench")).await.unwrap().room_id;
-    let agent = macp.join_room(&me, JoinRoom::new(room)).await.unwrap().session.agent_id;
+    let agent = macp.join_room(&me, JoinRoom::new(room)).await.unwrap().agent_id;
     let t = Instant::now();
     for i in 0..N {
         macp.post_finding(&me, PostFinding::new(room, agent.clone(), format!("{i} {body}")).tags(["triage"]))

@@ -17,12 +17,8 @@ async fn a_backup_taken_under_writes_holds_every_acknowledged_write_and_no_gap()
     let macp = Macp::builder().store(store.clone()).blob_store(Arc::new(blobs.clone())).build().unwrap();
     let me = Principal::new("ana").unwrap();
     let room = macp.create_room(&me, CreateRoom::new("backup under load")).await.unwrap().room_id;
-    let agent = macp
-        .join_room(&me, JoinRoom::new(room).agent(AgentId::new("ana").unwrap()))
-        .await
-        .unwrap()
-        .session
-        .agent_id;
+    let agent =
+        macp.join_room(&me, JoinRoom::new(room).agent(AgentId::new("ana").unwrap())).await.unwrap().agent_id;
     // An artifact file on disk, as an upload leaves it.
     let key = format!("rooms/{room}/artifacts/01J0000000000000000000000/dump.txt");
     let url =

@@ -22,7 +22,7 @@ async fn child_writer() {
     let macp = Macp::builder().store(Arc::new(SqliteStore::open(dir).unwrap())).build().unwrap();
     let me = Principal::new("child").unwrap();
     let room = macp.create_room(&me, CreateRoom::new("durability")).await.unwrap().room_id;
-    let agent = macp.join_room(&me, JoinRoom::new(room)).await.unwrap().session.agent_id;
+    let agent = macp.join_room(&me, JoinRoom::new(room)).await.unwrap().agent_id;
     for i in 0u64.. {
         let p = macp
             .post_finding(&me, PostFinding::new(room, agent.clone(), format!("finding {i}")))

@@ -28,7 +28,7 @@ async fn hybrid_ranking_matches_the_reference_pipeline() {
         .unwrap();
     let who = Principal::new("fx").unwrap();
     let room = macp.create_room(&who, CreateRoom::new("fixture")).await.unwrap().room_id;
-    let agent = macp.join_room(&who, JoinRoom::new(room)).await.unwrap().session.agent_id;
+    let agent = macp.join_room(&who, JoinRoom::new(room)).await.unwrap().agent_id;
     let mut ids: Vec<FindingId> = Vec::new();
     for f in fx["findings"].as_array().unwrap() {
         let p = macp

@@ -56,12 +56,8 @@ async fn service() -> (Macp, tempfile::TempDir) {
 
 async fn seeded(macp: &Macp, who: &Principal) -> (RoomId, Vec<String>) {
     let room = macp.create_room(who, CreateRoom::new("bench")).await.unwrap().room_id;
-    let agent = macp
-        .join_room(who, JoinRoom::new(room).agent(AgentId::new("seed").unwrap()))
-        .await
-        .unwrap()
-        .session
-        .agent_id;
+    let agent =
+        macp.join_room(who, JoinRoom::new(room).agent(AgentId::new("seed").unwrap())).await.unwrap().agent_id;
     for i in 0..2_000 {
         macp.post_finding(
             who,

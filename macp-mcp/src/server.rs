@@ -15,9 +15,9 @@ use macp_core::model::{AgentSession, Decision, Room};
 use macp_core::service::{
     AddEntity, AddRelationship, AnswerDecision, AnswerVia, ArtifactOutcome, ArtifactPage, AskDecision,
     ClaimResult, ClaimWork, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
-    GraphQuery, JoinRoom, Joined, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding,
-    PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef,
-    RoomSummary, SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
+    RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary,
+    SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -295,8 +295,8 @@ impl MacpMcp {
         done(self.macp.create_room(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::JOIN_ROOM, output_schema = output::<Joined>(), input_schema = input::<JoinRoom>())]
-    async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Joined> {
+    #[tool(description = docs::JOIN_ROOM, output_schema = output::<AgentSession>(), input_schema = input::<JoinRoom>())]
+    async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<AgentSession> {
         let who = self.who(&ctx)?;
         let s = self.macp.join_room(&who, parse(args)?).await.map_err(|e| tool_error(&e))?;
         self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());

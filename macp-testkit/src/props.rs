@@ -68,7 +68,6 @@ where
                     .join_room(&f.alice, JoinRoom::new(f.room).agent(AgentId::new(format!("w{w}")).unwrap()))
                     .await
                     .unwrap()
-                    .session
                     .agent_id;
                 let f = f.clone();
                 writers.push(tokio::spawn(async move {

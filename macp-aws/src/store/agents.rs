@@ -44,6 +44,7 @@ fn agent_of(item: &Item) -> Result<AgentSession> {
         agent_status: AgentStatus::parse(get_s(item, "agent_status")?)?,
         status_reason: opt_s(item, "status_reason").map(str::to_owned),
         status_updated_at: Timestamp::from_millis(get_n(item, "status_updated_at")?),
+        unread: None,
     })
 }
 

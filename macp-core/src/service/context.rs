@@ -4,14 +4,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{Unread, feed_cursor};
+use super::events::feed_cursor;
 use super::findings::resolve_refs;
 use super::rooms::AgentCounts;
 use super::{Macp, Principal};
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::limits::ContextCaps;
-use crate::model::{AgentSession, Claim, Decision, EntityType, EventKind, Finding, Identifier, Room};
+use crate::model::{AgentSession, Claim, Decision, EntityType, EventKind, Finding, Identifier, Room, Unread};
 use crate::store::FindingQuery;
 
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit

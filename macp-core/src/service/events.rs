@@ -11,7 +11,7 @@
 //!
 //! [`Capabilities::shared_across_processes`]: crate::store::Capabilities::shared_across_processes
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, RoomId};
-use crate::model::{Event, EventKind, Finding};
+use crate::model::{Event, EventKind, Finding, Unread};
 use crate::store::Store;
 use crate::validate;
 
@@ -141,22 +141,6 @@ pub struct Updates {
     /// Your read position after this call, when the call was made as an agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_position: Option<String>,
-}
-
-/// Changes an agent has not acknowledged yet.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct Unread {
-    /// How many changes in all.
-    pub total: u64,
-    /// How many of each kind (kinds with none omitted).
-    pub by_kind: BTreeMap<EventKind, u64>,
-}
-
-impl Unread {
-    fn of(by_kind: BTreeMap<EventKind, u64>) -> Self {
-        Self { total: by_kind.values().sum(), by_kind }
-    }
 }
 
 /// Waits for changes to one room; see [`Macp::watch`].

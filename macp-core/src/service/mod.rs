@@ -36,6 +36,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use crate::model::Unread;
 pub use artifacts::{
     ArtifactConfig, ArtifactOutcome, ArtifactPage, ListArtifacts, ListedArtifact, RegisterArtifact,
     RequestUpload, UploadTicket,
@@ -49,11 +50,10 @@ pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
 };
-pub use events::{RoomWatch, SHARED_POLL, Unread, Updates, UpdatesQuery};
+pub use events::{RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{
-    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, Joined, ListRooms, RoomFilter, RoomPage, RoomRef,
-    RoomSummary,
+    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomFilter, RoomPage, RoomRef, RoomSummary,
 };
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 

@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::events::Unread;
 use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
@@ -82,25 +81,6 @@ impl JoinRoom {
     pub fn agent_type(mut self, agent_type: impl Into<String>) -> Self {
         self.agent_type = Some(agent_type.into());
         self
-    }
-}
-
-/// `join_room`'s answer: your agent's session, and what it has not acknowledged yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub struct Joined {
-    /// Your agent in the room.
-    #[serde(flatten)]
-    pub session: AgentSession,
-    /// Changes you have not acknowledged (all of the room for a new agent): catch up with
-    /// get_updates, or orient with get_room_context first when there are many.
-    pub unread: Unread,
-}
-
-impl std::ops::Deref for Joined {
-    type Target = AgentSession;
-    fn deref(&self) -> &AgentSession {
-        &self.session
     }
 }
 
@@ -321,10 +301,10 @@ impl Macp {
     /// Registers an agent in a room, or refreshes it if the same user rejoins with the same
     /// agent id. An agent id already joined by another user is `permission_denied`. The answer
     /// says how much of the room the agent has not acknowledged yet.
-    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<Joined> {
-        let session = self.join(who, req).await?;
-        let unread = self.unread(session.room_id, &session.agent_id).await?;
-        Ok(Joined { session, unread })
+    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
+        let mut session = self.join(who, req).await?;
+        session.unread = Some(self.unread(session.room_id, &session.agent_id).await?);
+        Ok(session)
     }
 
     async fn join(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
@@ -355,6 +335,7 @@ impl Macp {
             agent_status: AgentStatus::Active,
             status_reason: None,
             status_updated_at: now,
+            unread: None,
         };
         let what = agent_type.as_deref().map_or_else(|| "joined".to_owned(), |t| format!("joined ({t})"));
         let event = Event::new(EventKind::AgentJoined, now, who.user_id.clone(), &what).agent(&agent_id);

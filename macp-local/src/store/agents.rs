@@ -24,6 +24,7 @@ fn agent_from_row(r: &Row<'_>) -> Result<AgentSession> {
         agent_status: AgentStatus::parse(&r.get::<_, String>(6).map_err(g)?)?,
         status_reason: r.get(7).map_err(g)?,
         status_updated_at: Timestamp::from_millis(r.get(8).map_err(g)?),
+        unread: None,
     })
 }
 

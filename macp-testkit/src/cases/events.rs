@@ -235,8 +235,9 @@ pub async fn read_positions_move_forward_only_on_ack(backend: Backend) {
     assert_eq!(first.findings.len(), 2);
 
     let joined = f.macp.join_room(&f.bob, JoinRoom::new(f.room).agent(f.b.clone())).await.unwrap();
-    assert_eq!(joined.unread.total, 4, "two joins and two findings unread: {:?}", joined.unread);
-    assert_eq!(joined.unread.by_kind.get(&EventKind::FindingPosted), Some(&2));
+    let unread = joined.unread.expect("join_room says what is unread");
+    assert_eq!(unread.total, 4, "two joins and two findings unread: {unread:?}");
+    assert_eq!(unread.by_kind.get(&EventKind::FindingPosted), Some(&2));
 
     let acked = f.macp.updates(&f.bob, as_b().cursor(first.cursor.clone()).ack()).await.unwrap();
     assert_eq!(

@@ -76,7 +76,7 @@ pub async fn idempotency_key_reused_with_other_payload_conflicts(backend: Backen
     assert_eq!(summary.entity_count, 0, "the conflicting add_entity wrote nothing");
     // Keys are scoped to a room: the same key in another room is a different key.
     let other = f.macp.create_room(&f.alice, CreateRoom::new("other")).await.unwrap().room_id;
-    let a2 = f.macp.join_room(&f.alice, JoinRoom::new(other)).await.unwrap().session.agent_id;
+    let a2 = f.macp.join_room(&f.alice, JoinRoom::new(other)).await.unwrap().agent_id;
     let p =
         f.macp.post_finding(&f.alice, PostFinding::new(other, a2, "two").idempotency_key("k")).await.unwrap();
     assert!(!p.replayed);
@@ -174,7 +174,7 @@ pub async fn entity_refs_must_exist_in_the_room(backend: Backend) {
     let f = Fixture::new(&backend).await;
     let e = f.entity("web-1", "hostname", "web-1").await;
     let other_room = f.macp.create_room(&f.alice, CreateRoom::new("other")).await.unwrap().room_id;
-    let oa = f.macp.join_room(&f.alice, JoinRoom::new(other_room)).await.unwrap().session.agent_id;
+    let oa = f.macp.join_room(&f.alice, JoinRoom::new(other_room)).await.unwrap().agent_id;
     let foreign = f
         .macp
         .add_entity(&f.alice, AddEntity::new(other_room, oa, "db", EntityType::Resource))
@@ -371,7 +371,6 @@ pub async fn updates_never_skip_or_repeat_with_concurrent_writers(backend: Backe
                 .join_room(&f.alice, JoinRoom::new(f.room).agent(agent(&format!("w{w}"))))
                 .await
                 .unwrap()
-                .session
                 .agent_id,
         );
     }
@@ -571,7 +570,7 @@ pub async fn threads_and_mentions_reach_the_right_agent(backend: Backend) {
     f.macp.post_finding(&f.bob, PostFinding::new(f.room, f.b.clone(), "bob's own note")).await.unwrap();
 
     let other_room = f.macp.create_room(&f.alice, CreateRoom::new("elsewhere")).await.unwrap().room_id;
-    let oa = f.macp.join_room(&f.alice, JoinRoom::new(other_room)).await.unwrap().session.agent_id;
+    let oa = f.macp.join_room(&f.alice, JoinRoom::new(other_room)).await.unwrap().agent_id;
     let elsewhere =
         f.macp.post_finding(&f.alice, PostFinding::new(other_room, oa, "there")).await.unwrap().finding;
     let before = f.all_findings(&f.alice).await.len();

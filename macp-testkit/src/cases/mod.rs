@@ -87,13 +87,11 @@ impl Fixture {
             .join_room(&alice, JoinRoom::new(room).agent(agent("alice-claude")))
             .await
             .expect("join a")
-            .session
             .agent_id;
         let b = macp
             .join_room(&bob, JoinRoom::new(room).agent(agent("bob-kiro")))
             .await
             .expect("join b")
-            .session
             .agent_id;
         let transfer = backend.blobs.as_ref().map(|(_, t)| t.clone());
         Self { macp, clock, room, alice, bob, a, b, transfer }

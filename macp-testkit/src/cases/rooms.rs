@@ -318,13 +318,8 @@ pub async fn room_context_lists_the_most_used_tags_within_budget(backend: Backen
 pub async fn a_newcomer_orients_in_a_2000_finding_room(backend: Backend) {
     let f = Fixture::new(&backend).await;
     let carol = principal("carol@example.com");
-    let c = f
-        .macp
-        .join_room(&carol, JoinRoom::new(f.room).agent(agent("carol-codex")))
-        .await
-        .unwrap()
-        .session
-        .agent_id;
+    let c =
+        f.macp.join_room(&carol, JoinRoom::new(f.room).agent(agent("carol-codex"))).await.unwrap().agent_id;
     let tags = ["triage", "evidence", "hypothesis", "dead-end", "root-cause", "remediation"];
     let mut want_tags = std::collections::BTreeMap::<String, u64>::new();
     let writers = [(&f.alice, &f.a), (&f.bob, &f.b), (&carol, &c)];

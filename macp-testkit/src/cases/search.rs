@@ -175,7 +175,7 @@ struct Room {
 async fn room(macp: &Macp) -> Room {
     let who = Principal::new("searcher").unwrap();
     let id = macp.create_room(&who, CreateRoom::new("search")).await.unwrap().room_id;
-    let agent = macp.join_room(&who, JoinRoom::new(id)).await.unwrap().session.agent_id;
+    let agent = macp.join_room(&who, JoinRoom::new(id)).await.unwrap().agent_id;
     Room { id, agent, who }
 }
 
@@ -271,7 +271,6 @@ pub async fn search_stays_in_its_room_and_honours_filters(backend: Backend) {
         .join_room(&a.who, JoinRoom::new(a.id).agent(AgentId::new("other").unwrap()))
         .await
         .unwrap()
-        .session
         .agent_id;
     macp.post_finding(
         &a.who,
