@@ -682,7 +682,7 @@ impl ClaimStore for MemoryStore {
         interleave().await;
         let mut s = self.lock();
         let key = (claim.room_id, claim.key.clone());
-        if let Some(held) = s.claims.get(&key).filter(|c| c.is_held(now) && c.agent_id != claim.agent_id) {
+        if let Some(held) = s.claims.get(&key).filter(|c| c.blocks(&claim.agent_id, now)) {
             return Ok(ClaimOutcome::Held(held.clone()));
         }
         s.claims.insert(key, claim.clone());
@@ -701,7 +701,7 @@ impl ClaimStore for MemoryStore {
         interleave().await;
         let mut s = self.lock();
         let Some(c) = s.claims.get_mut(&(room_id, key.to_owned())) else { return Ok(None) };
-        if !c.is_held(now) || &c.agent_id != agent_id {
+        if !c.is_held_by(agent_id, now) {
             return Ok(None);
         }
         c.released_at = Some(now);

@@ -581,6 +581,17 @@ impl Claim {
     pub fn is_held(&self, now: Timestamp) -> bool {
         self.released_at.is_none() && self.expires_at > now
     }
+
+    /// Held at `now` by `agent_id`.
+    pub fn is_held_by(&self, agent_id: &AgentId, now: Timestamp) -> bool {
+        self.is_held(now) && &self.agent_id == agent_id
+    }
+
+    /// Held at `now` by an agent other than `agent_id`: a claim by `agent_id` on the same work
+    /// must be refused. Backends call it inside their conditional write.
+    pub fn blocks(&self, agent_id: &AgentId, now: Timestamp) -> bool {
+        self.is_held(now) && &self.agent_id != agent_id
+    }
 }
 
 wire_enum!(

@@ -11,7 +11,6 @@ use macp_core::{AgentId, Error, Result, RoomId, Timestamp};
 
 use crate::AwsBackend;
 use crate::ddb::*;
-use crate::store::events::lost_head;
 
 fn claim_item(c: &Claim) -> Item {
     let mut m = HashMap::from([
@@ -59,7 +58,7 @@ impl AwsBackend {
             match self.transact(items, "TransactWriteItems (claim)").await? {
                 Tx::Done => return Ok(true),
                 Tx::Cancelled(reasons) if check_failed(&reasons, 0) => return Ok(false),
-                Tx::Cancelled(reasons) if lost_head(&reasons, 1) => backoff(attempt).await,
+                // Another write took the feed head (or the transaction conflicted): read again.
                 Tx::Cancelled(_) => backoff(attempt).await,
             }
         }
@@ -80,7 +79,7 @@ impl ClaimStore for AwsBackend {
                 return Ok(ClaimOutcome::Claimed(claim.clone()));
             }
             match self.claim(claim.room_id, &claim.key).await? {
-                Some(held) if held.is_held(now) && held.agent_id != claim.agent_id => {
+                Some(held) if held.blocks(&claim.agent_id, now) => {
                     return Ok(ClaimOutcome::Held(held));
                 }
                 // Released or lapsed between the write and this read: try again.
@@ -99,7 +98,7 @@ impl ClaimStore for AwsBackend {
         event: &Event,
     ) -> Result<Option<Claim>> {
         let Some(mut c) = self.claim(room_id, key).await? else { return Ok(None) };
-        if !c.is_held(now) || &c.agent_id != agent_id {
+        if !c.is_held_by(agent_id, now) {
             return Ok(None);
         }
         let values = HashMap::from([

@@ -127,7 +127,7 @@ impl Macp {
         self.require_entities(req.room_id, &entity_ids, "entity_ids").await?;
         let aliases = self.aliases(req.room_id).await?;
         let held = store.list_claims(req.room_id, now).await?;
-        let mine = held.iter().find(|c| c.key == key && c.agent_id == session.agent_id);
+        let mine = held.iter().find(|c| c.key == key && c.is_held_by(&session.agent_id, now));
         let claim = Claim {
             room_id: req.room_id,
             subject: subject.clone(),

@@ -47,8 +47,7 @@ impl ClaimStore for SqliteStore {
         self.write(Sync::Durable, move |tx, _| {
             let room = claim.room_id.to_string();
             if let Some(held) = claim_in(tx, &room, &claim.key)?
-                && held.is_held(now)
-                && held.agent_id != claim.agent_id
+                && held.blocks(&claim.agent_id, now)
             {
                 return Ok(ClaimOutcome::Held(held));
             }
@@ -70,7 +69,7 @@ impl ClaimStore for SqliteStore {
         let (key, agent_id, event) = (key.to_owned(), agent_id.clone(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
             let Some(mut c) = claim_in(tx, &room_id.to_string(), &key)? else { return Ok(None) };
-            if !c.is_held(now) || c.agent_id != agent_id {
+            if !c.is_held_by(&agent_id, now) {
                 return Ok(None);
             }
             c.released_at = Some(now);

@@ -353,7 +353,7 @@ pub async fn a_write_elsewhere_wakes_a_waiting_reader(backend: Backend) {
     assert!(woke < Duration::from_secs(5), "woken {woke:?} after a write elsewhere");
 }
 
-/// Unused room ids have an empty feed.
+/// The feed of a room that does not exist is `not_found`, not an empty page.
 pub async fn an_unknown_room_has_no_feed(backend: Backend) {
     let f = Fixture::new(&backend).await;
     expect_code(f.macp.updates(&f.alice, UpdatesQuery::new(RoomId::generate())).await, "not_found");
