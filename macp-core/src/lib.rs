@@ -53,6 +53,7 @@ pub mod limits;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod model;
+pub mod redact;
 pub mod search;
 pub mod service;
 pub mod store;

@@ -28,6 +28,8 @@
 //! | `max_wait_seconds` | 25 | get_updates `wait_seconds` |
 //! | `max_graph_depth` | 3 | get_entity_graph depth |
 //! | `max_graph_entities` / `max_graph_relationships` | 200 / 500 | get_entity_graph result caps |
+//! | `max_exchanges` | 10 | findings two agents may address to each other with no person acting in between (0: off) |
+//! | `max_marker_chars` / `max_markers` | 120 / 100 | a section marker's label (after redaction); markers per room |
 
 use serde::Serialize;
 
@@ -72,6 +74,15 @@ pub struct Limits {
     pub max_agents_per_room: usize,
     /// Agents one finding may mention.
     pub max_mentions: usize,
+    /// The directed exchange budget: how many findings two agents may address to each other
+    /// (one mentioning the other) with no person acting in the room in between, before the
+    /// next is refused with `capacity_exceeded`. It stops two agents from looping on each other
+    /// unattended. 0 turns it off.
+    pub max_exchanges: usize,
+    /// The longest section-marker label, in characters (after secrets are redacted).
+    pub max_marker_chars: usize,
+    /// Most section markers one room may have.
+    pub max_markers: usize,
     /// Default page size for paged reads.
     pub default_page: usize,
     /// Largest page size a caller may ask for.
@@ -112,6 +123,9 @@ impl Default for Limits {
             max_idempotency_key_bytes: 128,
             max_agents_per_room: 64,
             max_mentions: 8,
+            max_exchanges: 10,
+            max_marker_chars: 120,
+            max_markers: 100,
             default_page: 50,
             max_page: 200,
             default_updates_page: 100,

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp, UserId};
+use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp};
 use crate::model::{
     AgentSession, Answer, Artifact, Claim, Decision, Entity, Event, EventKind, Finding, Identifier,
     IndexStatus, Relationship, Room, RoomStatus,
@@ -116,25 +116,18 @@ impl RoomStore for MemoryStore {
         Ok(self.lock().rooms.get(&room_id).cloned())
     }
 
-    async fn close_room(
-        &self,
-        room_id: RoomId,
-        at: Timestamp,
-        by: &UserId,
-        event: &Event,
-    ) -> Result<Option<Room>> {
+    async fn update_room(&self, room: &Room, event: &Event) -> Result<bool> {
         interleave().await;
         let mut s = self.lock();
-        let Some(room) = s.rooms.get_mut(&room_id) else { return Ok(None) };
-        if room.status == RoomStatus::Active {
-            room.status = RoomStatus::Closed;
-            room.closed_at = Some(at);
-            room.closed_by = Some(by.clone());
-            let room = room.clone();
-            s.push_event(room_id, event);
-            return Ok(Some(room));
+        let Some(stored) = s.rooms.get_mut(&room.room_id) else {
+            return Err(Error::not_found("room", room.room_id));
+        };
+        if stored.version + 1 != room.version {
+            return Ok(false);
         }
-        Ok(Some(room.clone()))
+        *stored = room.clone();
+        s.push_event(room.room_id, event);
+        Ok(true)
     }
 
     async fn list_rooms(
@@ -231,6 +224,11 @@ impl FindingStore for MemoryStore {
         let list = s.findings.entry(finding.room_id).or_default();
         let mut stored = finding.clone();
         stored.seq = list.len() as u64 + 1;
+        if let Some((on, standing)) = stored.standing_given()
+            && let Some(judged) = list.iter_mut().find(|f| f.finding_id == on)
+        {
+            judged.standing = Some(standing);
+        }
         list.push(stored.clone());
         s.keywords.entry(finding.room_id).or_default().add(stored.finding_id, &stored.content);
         s.push_event(finding.room_id, event);

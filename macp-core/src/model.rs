@@ -171,6 +171,96 @@ pub struct Room {
     /// Who closed it, if it is.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub closed_by: Option<UserId>,
+    /// How the investigation ended, when it was closed with a resolution.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub resolution: Option<Resolution>,
+    /// The objectives this room had before the current one, oldest first, each with who
+    /// replaced it and when.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub objective_history: Vec<ObjectiveChange>,
+    /// Section markers dividing the timeline, oldest first; the last is the current phase.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub markers: Vec<Marker>,
+    /// Moves by one with every change to the fields above or to the status: what a store's
+    /// compare-and-set on the room compares (see `RoomStore::update_room`).
+    #[serde(default)]
+    pub version: u64,
+}
+
+impl Room {
+    /// The current phase: the latest marker.
+    pub fn phase(&self) -> Option<&Marker> {
+        self.markers.last()
+    }
+
+    /// The marker with this id.
+    pub fn marker(&self, marker_id: &str) -> Option<&Marker> {
+        self.markers.iter().find(|m| m.marker_id == marker_id)
+    }
+}
+
+/// Who did something to a room, and through which channel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Author {
+    /// The person (or the person behind the agent).
+    pub user_id: UserId,
+    /// The agent, when an agent did it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<AgentId>,
+    /// `person` (on the command line or a web view) or `agent` (through MCP).
+    pub channel: Channel,
+    /// When.
+    pub at: Timestamp,
+}
+
+impl Author {
+    /// An event of `kind` by this author.
+    pub fn event(&self, kind: EventKind, summary: &str) -> Event {
+        let e = Event::new(kind, self.at, self.user_id.clone(), summary);
+        match &self.agent_id {
+            Some(a) => e.agent(a),
+            None => e,
+        }
+    }
+}
+
+/// A section marker: a line dividing the room's timeline into phases ("mitigation done, root
+/// cause next").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Marker {
+    /// `m1`, `m2`, … in the order they were set: pass it to get_timeline's `after_marker`.
+    pub marker_id: String,
+    /// The phase's name: secrets redacted, then at most 120 characters.
+    pub label: String,
+    /// The room's last finding `seq` when the marker was set: the phase starts after it.
+    pub after_seq: u64,
+    /// Who set it.
+    pub by: Author,
+}
+
+/// A replaced objective.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ObjectiveChange {
+    /// The objective as it was.
+    pub objective: String,
+    /// Who replaced it, and when.
+    pub replaced_by: Author,
+}
+
+/// How an investigation ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Resolution {
+    /// What happened and what was done (markdown).
+    pub summary: String,
+    /// The findings that establish the root cause.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finding_ids: Vec<FindingId>,
+    /// Who resolved it.
+    pub by: Author,
 }
 
 /// An agent's presence in a room.
@@ -263,6 +353,17 @@ pub struct Finding {
     /// Agents of the room this finding is addressed to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mentions: Vec<AgentId>,
+    /// Offered as a theory to test, not as an established fact.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hypothesis: bool,
+    /// This finding's judgement of the one it answers (`reply_to`): it confirms, refutes or
+    /// supersedes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictKind>,
+    /// How the room now judges this finding: the latest verdict passed on it, if any. Read it
+    /// before relying on a finding: a refuted or superseded one is kept for the record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standing: Option<Standing>,
     /// `pending` until embedded and indexed.
     pub index_status: IndexStatus,
     /// The client's retry key, if it gave one.
@@ -270,6 +371,52 @@ pub struct Finding {
     pub idempotency_key: Option<String>,
     /// When it was posted.
     pub created_at: Timestamp,
+}
+
+wire_enum!(
+    /// What a later finding says of an earlier one.
+    VerdictKind {
+        /// The evidence bears it out.
+        Confirms = "confirms",
+        /// The evidence shows it is wrong.
+        Refutes = "refutes",
+        /// A better account replaces it (it was not wrong so much as incomplete or outdated).
+        Supersedes = "supersedes"
+    },
+    "verdict"
+);
+
+impl VerdictKind {
+    /// Whether a verdict of this kind must carry evidence: a confirmation or a refutation
+    /// without proof is an opinion, and the record must not present it as a judgement.
+    pub fn needs_evidence(&self) -> bool {
+        matches!(self, VerdictKind::Confirms | VerdictKind::Refutes)
+    }
+}
+
+/// The standing of a judged finding: the latest verdict passed on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Standing {
+    /// `confirms`, `refutes` or `supersedes`: what the latest verdict said of this finding.
+    pub verdict: VerdictKind,
+    /// The finding that passed it (read it for the evidence).
+    pub by: FindingId,
+    /// Its agent.
+    pub agent_id: AgentId,
+    /// When.
+    pub at: Timestamp,
+}
+
+impl Finding {
+    /// The standing a verdict in `self` gives the finding it judges, if `self` is a verdict.
+    pub fn standing_given(&self) -> Option<(FindingId, Standing)> {
+        let (on, verdict) = (self.reply_to?, self.verdict?);
+        Some((
+            on,
+            Standing { verdict, by: self.finding_id, agent_id: self.agent_id.clone(), at: self.created_at },
+        ))
+    }
 }
 
 /// A typed identifier such as `{type: hostname, value: ip-10-0-1-7}`. Entities sharing an
@@ -439,8 +586,15 @@ wire_enum!(
         RelationshipAdded = "relationship_added",
         /// An artifact was registered (`artifact_id`).
         ArtifactRegistered = "artifact_registered",
-        /// The room was closed.
+        /// The room was closed (the summary carries the resolution's first line, if any).
         RoomClosed = "room_closed",
+        /// A closed room was reopened.
+        RoomReopened = "room_reopened",
+        /// The objective was changed (the summary holds the new one; the old is in the room's
+        /// `objective_history`).
+        ObjectiveChanged = "objective_changed",
+        /// A section marker was set: a new phase (the summary holds its id and label).
+        PhaseMarked = "phase_marked",
         /// An agent claimed a piece of work, or renewed its claim (the summary says which).
         WorkClaimed = "work_claimed",
         /// An agent released its claim.
@@ -537,6 +691,21 @@ impl Event {
         self
     }
 
+    /// Whether this is a person steering the room: a decision answered, a marker set, the
+    /// objective changed, the room reopened or a claim released, directly (no agent). What
+    /// resets the directed exchange budget between agents ([`crate::Limits::max_exchanges`]).
+    pub fn by_person(&self) -> bool {
+        self.agent_id.is_none()
+            && matches!(
+                self.kind,
+                EventKind::DecisionAnswered
+                    | EventKind::PhaseMarked
+                    | EventKind::ObjectiveChanged
+                    | EventKind::RoomReopened
+                    | EventKind::ClaimReleased
+            )
+    }
+
     /// This event with its feed position.
     pub fn at_seq(&self, seq: u64) -> Self {
         Self { seq, ..self.clone() }
@@ -608,12 +777,13 @@ wire_enum!(
 );
 
 wire_enum!(
-    /// Through which channel an answer came. Only a person's own tool gives `person`: the MCP
-    /// server records every answer it takes as relayed by an agent, whatever the agent says.
-    AnswerChannel {
-        /// A person answered directly (`macp decide` on the command line, or a web view).
+    /// Through which channel a person's act came (an answer, a marker, a new objective, a
+    /// close or reopen). Only a person's own tool gives `person`: the MCP server records every
+    /// act it takes as an agent's, whatever the agent says.
+    Channel {
+        /// A person acted directly (`macp` on the command line, or a web view).
         Person = "person",
-        /// An agent relayed an answer (through MCP).
+        /// An agent acted, or relayed a person's word (through MCP).
         Agent = "agent"
     },
     "channel"
@@ -657,7 +827,7 @@ pub struct Answer {
     /// The person who answered (or on whose behalf an agent relayed it).
     pub user_id: UserId,
     /// How it came: `person` directly, or `agent` relaying.
-    pub channel: AnswerChannel,
+    pub channel: Channel,
     /// The relaying agent, for `agent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<AgentId>,

@@ -237,6 +237,25 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (room_id, decision_id)
     ) STRICT, WITHOUT ROWID;
     "#,
+    // 8: hypotheses and verdicts (`standing`: the latest verdict on a finding, as JSON); which
+    // findings name which entity, for "the findings about this entity"; the room's steering
+    // record (`record`: resolution, objective history and markers as JSON) under a version the
+    // compare-and-set update checks.
+    r#"
+    ALTER TABLE findings ADD COLUMN hypothesis INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE findings ADD COLUMN verdict TEXT;
+    ALTER TABLE findings ADD COLUMN standing TEXT;
+    CREATE TABLE finding_entities (
+        room_id   TEXT NOT NULL,
+        entity_id TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        PRIMARY KEY (room_id, entity_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    INSERT OR IGNORE INTO finding_entities (room_id, entity_id, seq)
+        SELECT f.room_id, j.value, f.seq FROM findings f, json_each(f.entity_refs) j;
+    ALTER TABLE rooms ADD COLUMN record TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE rooms ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this build writes.

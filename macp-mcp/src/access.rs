@@ -45,6 +45,8 @@ pub const TOOLS: &[(&str, Access)] = &[
     ("register_artifact", ADD_KEYED),
     ("request_artifact_upload", ADD),
     ("search_findings", READ),
+    // Reopening or marking again changes nothing more; a new objective replaces the last.
+    ("steer_room", Access { writes: true, destructive: false, idempotent: false }),
 ];
 
 /// What `tool` does; `None` for a name that is not a tool.

@@ -23,6 +23,7 @@
 //! | `--context-tags N` | `MACP_CONTEXT_TAGS` | `context_tags` | 40: most used tags in it |
 //! | `--context-budget-bytes N` | `MACP_CONTEXT_BUDGET_BYTES` | `context_budget_bytes` | 16384: its size as JSON |
 //! | `--stale-after-minutes N` | `MACP_STALE_AFTER_MINUTES` | `stale_after_minutes` | 15: an agent inactive longer shows as stale |
+//! | `--max-exchanges N` | `MACP_MAX_EXCHANGES` | `max_exchanges` | 10: findings two agents may address to each other with no person acting in between (0: no limit) |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
 //! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
@@ -134,6 +135,10 @@ pub struct ServeArgs {
     /// Minutes without activity after which an agent shows as stale.
     #[arg(long, env = "MACP_STALE_AFTER_MINUTES")]
     pub stale_after_minutes: Option<u64>,
+    /// Findings two agents may address to each other (mentions) with no person acting in the
+    /// room in between; 0 for no limit.
+    #[arg(long, env = "MACP_MAX_EXCHANGES")]
+    pub max_exchanges: Option<usize>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -205,6 +210,8 @@ pub struct FileConfig {
     pub context_budget_bytes: Option<usize>,
     /// See `--stale-after-minutes`.
     pub stale_after_minutes: Option<u64>,
+    /// See `--max-exchanges`.
+    pub max_exchanges: Option<usize>,
     /// See `--auth-issuer`.
     pub auth_issuer: Option<String>,
     /// See `--auth-jwks-url`.
@@ -265,6 +272,8 @@ pub struct Resolved {
     pub context_caps: macp_core::ContextCaps,
     /// When an agent shows as stale.
     pub stale_after: std::time::Duration,
+    /// The directed exchange budget (see [`macp_core::Limits::max_exchanges`]).
+    pub max_exchanges: usize,
     /// OAuth settings when an issuer is configured; `resource` is empty until `macp serve`
     /// knows its public URL.
     pub auth: Option<crate::auth::AuthConfig>,
@@ -340,6 +349,10 @@ impl Resolved {
                 Some(m) => std::time::Duration::from_secs(m * 60),
                 None => macp_core::service::DEFAULT_STALE_AFTER,
             },
+            max_exchanges: serve
+                .max_exchanges
+                .or(file.max_exchanges)
+                .unwrap_or(macp_core::Limits::default().max_exchanges),
             auth: match serve.auth_issuer.clone().or(file.auth_issuer) {
                 None => None,
                 Some(issuer) => {

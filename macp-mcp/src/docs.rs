@@ -24,8 +24,15 @@ agent left off. Later write tools act as this agent when you omit agent_id. Retu
 changes you have not acknowledged yet, by kind.";
 
 /// `close_room`.
-pub const CLOSE_ROOM: &str = "Mark a room closed when the investigation is over. It stays fully readable (timeline, search, \
-context) for the postmortem; writes are refused with room_closed.";
+pub const CLOSE_ROOM: &str = "Mark a room closed when the investigation is over, with its resolution: a summary of what \
+happened and was done, and root_cause: the findings that establish it. It stays fully readable (timeline, search, \
+context) for the postmortem; writes are refused with room_closed until steer_room reopens it.";
+
+/// `steer_room`.
+pub const STEER_ROOM: &str = "Change where the room stands, for everyone: marker starts a new phase with a short label \
+(\"mitigation done, root cause next\") when the investigation moves on, so the timeline reads in sections; objective \
+replaces the goal when it has really changed (the old one is kept); reopen: true reopens a closed room when the problem \
+comes back. Recorded as your agent's act.";
 
 /// `list_rooms`.
 pub const LIST_ROOMS: &str = "List rooms, newest first: status \"active\" (default), \"closed\" or \"all\". Pages with \
@@ -71,7 +78,9 @@ cause, remediation or dead end. Be specific (times, hosts, ids). Add tags (triag
 remediation, follow-up, dead-end), evidence [{kind: artifact|url|cloudtrail|datadog|metric|log, ref, description?}] and \
 entity_refs (ids from add_entity). Search first so you do not repeat a colleague. To answer a finding (a question, a \
 claim you confirm or correct) pass its id as reply_to; to hand work to or ask a teammate, name their agent_id in \
-mentions (they see it in get_updates with about_me). Pass an idempotency_key to make retries safe. Never include \
+mentions (they see it in get_updates with about_me). Offer an untested theory with hypothesis: true; once you have \
+tested one, answer it with verdict confirms or refutes (with evidence) or supersedes, so its standing shows everyone \
+whether to build on it. Pass an idempotency_key to make retries safe. Never include \
 secrets, tokens or credentials.";
 
 /// `search_findings`.
@@ -81,8 +90,9 @@ error code). Filter by tags or agent_id. Results are best first, each with the f
 
 /// `get_timeline`.
 pub const GET_TIMELINE: &str = "Read a room's findings in the order they were posted, optionally only those with some \
-tags, by one agent, in a time range (since/until, RFC 3339), or the answers to one finding (reply_to: its thread). \
-Pages with limit and cursor.";
+tags, by one agent, about one entity (entity_id), in a time range (since/until, RFC 3339) or since a phase marker \
+(after_marker). thread: a finding id gives that finding (with its standing) and then its answers: the way to read one \
+finding. Pages with limit and cursor.";
 
 /// `get_updates`.
 pub const GET_UPDATES: &str = "Everything that changed in the room since your cursor (from your last get_updates or \

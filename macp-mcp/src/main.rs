@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use macp_core::model::Channel;
 use macp_core::search::{Embedder, VectorIndex};
 use macp_core::service::{ListRooms, RoomFilter, SearchFindings, TimelineQuery};
 use macp_core::{Macp, Principal, RoomId};
@@ -93,6 +94,48 @@ enum Command {
         decision: macp_core::DecisionId,
         /// What you decided.
         answer: String,
+        /// Who you are (default: the local user).
+        #[arg(long, env = "MACP_LOCAL_USER")]
+        local_user: Option<String>,
+    },
+    /// Steer a room as yourself (recorded as a person's act): start a phase, change the
+    /// objective, or reopen it.
+    Steer {
+        /// The room id.
+        room: RoomId,
+        /// Start a new phase with this label (a section marker in the timeline).
+        #[arg(long)]
+        marker: Option<String>,
+        /// Replace the objective (the old one is kept in the room's history).
+        #[arg(long)]
+        objective: Option<String>,
+        /// Reopen a closed room.
+        #[arg(long)]
+        reopen: bool,
+        /// Who you are (default: the local user).
+        #[arg(long, env = "MACP_LOCAL_USER")]
+        local_user: Option<String>,
+    },
+    /// Close a room as yourself, with its resolution.
+    Close {
+        /// The room id.
+        room: RoomId,
+        /// What happened and what was done.
+        #[arg(long)]
+        resolution: Option<String>,
+        /// A finding that establishes the root cause (repeatable).
+        #[arg(long = "root-cause")]
+        root_cause: Vec<macp_core::FindingId>,
+        /// Who you are (default: the local user).
+        #[arg(long, env = "MACP_LOCAL_USER")]
+        local_user: Option<String>,
+    },
+    /// Release an agent's claim on a piece of work as yourself (e.g. its agent went stale).
+    Release {
+        /// The room id.
+        room: RoomId,
+        /// The work, as claimed (case and spacing aside).
+        subject: String,
         /// Who you are (default: the local user).
         #[arg(long, env = "MACP_LOCAL_USER")]
         local_user: Option<String>,
@@ -210,10 +253,25 @@ fn lock_data(cfg: &Resolved) -> Result<Option<macp_local::DataDirLock>, String> 
     }
 }
 
+/// The service and the person at the keyboard, for the commands through which a person acts
+/// directly (recorded with [`Channel::Person`]).
+async fn as_person(common: &CommonArgs, local_user: Option<String>) -> Result<(Macp, Principal), String> {
+    let serve = ServeArgs { local_user, ..ServeArgs::default() };
+    let cfg = Resolved::new(common, &serve)?;
+    let macp = open(&cfg, Use::Command).await?.macp;
+    let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+    Ok((macp, who))
+}
+
 async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
     let mut b = Macp::builder()
         .artifact_config(cfg.artifacts.clone())
         .context_caps(cfg.context_caps.clone())
+        .limits({
+            let mut l = macp_core::Limits::default();
+            l.max_exchanges = cfg.max_exchanges;
+            l
+        })
         .stale_after(cfg.stale_after);
     let mut local_artifacts = None;
     let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
@@ -379,21 +437,46 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Decide { room, decision, answer, local_user } => {
-            let serve = ServeArgs { local_user, ..ServeArgs::default() };
-            let cfg = Resolved::new(&cli.common, &serve)?;
-            let macp = open(&cfg, Use::Command).await?.macp;
-            let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
+            let (macp, who) = as_person(&cli.common, local_user).await?;
             let req = macp_core::service::AnswerDecision {
                 room_id: room,
                 decision_id: decision,
                 answer,
                 agent_id: None,
             };
-            let d = macp
-                .answer_decision(&who, req, macp_core::service::AnswerVia::Person)
-                .await
-                .map_err(|e| e.to_string())?;
+            let d = macp.answer_decision(&who, req, Channel::Person).await.map_err(|e| e.to_string())?;
             println!("answered: {}", d.answer.map(|a| a.text).unwrap_or_default());
+            Ok(())
+        }
+        Command::Steer { room, marker, objective, reopen, local_user } => {
+            let (macp, who) = as_person(&cli.common, local_user).await?;
+            let req = macp_core::service::SteerRoom {
+                objective,
+                marker,
+                reopen,
+                ..macp_core::service::SteerRoom::new(room)
+            };
+            let r = macp.steer_room(&who, req, Channel::Person).await.map_err(|e| e.to_string())?;
+            let phase =
+                r.phase().map(|m| format!("{}: {}", m.marker_id, m.label)).unwrap_or_else(|| "-".into());
+            println!("{} ({}) phase {phase}\nobjective: {}", r.room_id, r.status, r.objective);
+            Ok(())
+        }
+        Command::Close { room, resolution, root_cause, local_user } => {
+            let (macp, who) = as_person(&cli.common, local_user).await?;
+            let req = macp_core::service::CloseRoom {
+                resolution,
+                root_cause,
+                ..macp_core::service::CloseRoom::new(room)
+            };
+            let r = macp.close_room(&who, req, Channel::Person).await.map_err(|e| e.to_string())?;
+            println!("{} {}", r.room_id, r.status);
+            Ok(())
+        }
+        Command::Release { room, subject, local_user } => {
+            let (macp, who) = as_person(&cli.common, local_user).await?;
+            let c = macp.release_claim_as_person(&who, room, &subject).await.map_err(|e| e.to_string())?;
+            println!("released {}'s claim: {}", c.agent_id, c.subject);
             Ok(())
         }
         Command::Timeline { room, json } => {

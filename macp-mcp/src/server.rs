@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::http::request::Parts;
-use macp_core::model::{AgentSession, Decision, Room};
+use macp_core::model::{AgentSession, Channel, Decision, Room};
 use macp_core::service::{
-    AddEntity, AddRelationship, AnswerDecision, AnswerVia, ArtifactOutcome, ArtifactPage, AskDecision,
-    ClaimResult, ClaimWork, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
+    AddEntity, AddRelationship, AnswerDecision, ArtifactOutcome, ArtifactPage, AskDecision, ClaimResult,
+    ClaimWork, CloseRoom, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
     GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
     RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary,
-    SearchFindings, SearchResults, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    SearchFindings, SearchResults, SteerRoom, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -303,11 +303,23 @@ impl MacpMcp {
         Ok(Json(s))
     }
 
-    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<Room>(), input_schema = input::<RoomRef>())]
+    /// Recorded as an agent's act when the session has joined (or names an agent), else as the
+    /// caller's without an agent; never as a person's own (that is `macp close`).
+    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<Room>(), input_schema = input::<CloseRoom>())]
     async fn close_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
         let who = self.who(&ctx)?;
-        let r: RoomRef = parse(args)?;
-        done(self.macp.close_room(&who, r.room_id).await)
+        let mut req: CloseRoom = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id).ok().flatten();
+        done(self.macp.close_room(&who, req, Channel::Agent).await)
+    }
+
+    /// Always an agent's act: a person steers with `macp steer`.
+    #[tool(description = docs::STEER_ROOM, output_schema = output::<Room>(), input_schema = input::<SteerRoom>())]
+    async fn steer_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+        let who = self.who(&ctx)?;
+        let mut req: SteerRoom = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.steer_room(&who, req, Channel::Agent).await)
     }
 
     #[tool(description = docs::LIST_ROOMS, output_schema = output::<RoomPage>(), input_schema = input::<ListRooms>())]
@@ -366,7 +378,7 @@ impl MacpMcp {
         let who = self.who(&ctx)?;
         let mut req: AnswerDecision = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
-        done(self.macp.answer_decision(&who, req, AnswerVia::Agent).await)
+        done(self.macp.answer_decision(&who, req, Channel::Agent).await)
     }
 
     #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]

@@ -244,6 +244,11 @@ macro_rules! conformance_tests {
             one_of_sixteen_concurrent_claimers_holds_the_work,
             claims_renew_release_and_lapse,
             decisions_wait_for_the_people_and_record_who_answered,
+            objective_history_and_phase_markers_are_kept,
+            close_with_resolution_then_reopen,
+            the_directed_exchange_budget_stops_a_loop_until_a_person_acts,
+            verdicts_give_a_finding_its_standing_everywhere,
+            findings_about_an_entity_include_merged_aliases,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,

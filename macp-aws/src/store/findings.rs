@@ -41,6 +41,13 @@ fn finding_of(item: &Item) -> Result<Finding> {
     let mut f: Finding = doc(item)?;
     f.index_status = IndexStatus::parse(get_s(item, "index_status")?)?;
     f.seq = get_n(item, "seq")? as u64;
+    // A verdict passed later is written to its own attribute, not into the posted document.
+    if let Some(st) = item.get("standing").and_then(|v| v.as_s().ok()) {
+        f.standing = Some(
+            serde_json::from_str(st)
+                .map_err(|e| Error::backend("dynamodb", false, format!("finding standing: {e}"), None))?,
+        );
+    }
     Ok(f)
 }
 
@@ -100,6 +107,17 @@ impl FindingStore for AwsBackend {
                 items.push(self.key_put(f.room_id, c));
             }
             items.extend(self.event_items(f.room_id, &head, event)?);
+            if let Some((on, standing)) = f.standing_given() {
+                let judged = Update::builder()
+                    .table_name(&self.names.findings)
+                    .set_key(Some(key2("room_id", f.room_id.to_string(), "finding_id", on.to_string())))
+                    .update_expression("SET standing = :st")
+                    .condition_expression("attribute_exists(finding_id)")
+                    .expression_attribute_values(":st", json(&standing))
+                    .build()
+                    .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+                items.push(TransactWriteItem::builder().update(judged).build());
+            }
             match self.transact(items, "TransactWriteItems (append finding)").await? {
                 Tx::Done => {
                     let mut stored = f.clone();

@@ -30,6 +30,7 @@ fn room_of(item: &Item) -> Result<Room> {
     r.status = RoomStatus::parse(get_s(item, "status")?)?;
     r.closed_at = opt_n(item, "closed_at").map(Timestamp::from_millis);
     r.closed_by = opt_s(item, "closed_by").map(UserId::new).transpose()?;
+    r.version = opt_n(item, "version").unwrap_or(0) as u64;
     Ok(r)
 }
 
@@ -61,37 +62,55 @@ impl RoomStore for AwsBackend {
         }
     }
 
-    async fn close_room(
-        &self,
-        room_id: RoomId,
-        at: Timestamp,
-        by: &UserId,
-        event: &Event,
-    ) -> Result<Option<Room>> {
-        let close = Update::builder()
+    async fn update_room(&self, room: &Room, event: &Event) -> Result<bool> {
+        let room_id = room.room_id;
+        let old = room.version.saturating_sub(1);
+        // Rooms written before versions existed have no `version`: they are at 0.
+        let condition = if old == 0 {
+            "attribute_exists(room_id) AND (attribute_not_exists(version) OR version = :old)"
+        } else {
+            "attribute_exists(room_id) AND version = :old"
+        };
+        let mut expr = String::from("SET doc = :doc, #st = :status, version = :v");
+        let mut upd = Update::builder()
             .table_name(&self.names.rooms)
             .key("room_id", s(room_id.to_string()))
-            .update_expression("SET #st = :closed, closed_at = :at, closed_by = :by")
-            .condition_expression("attribute_exists(room_id) AND #st = :active")
+            .condition_expression(condition)
             .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":closed", s("closed"))
-            .expression_attribute_values(":active", s("active"))
-            .expression_attribute_values(":at", n(at.as_millis()))
-            .expression_attribute_values(":by", s(by.as_str()))
+            .expression_attribute_values(":doc", json(room))
+            .expression_attribute_values(":status", s(room.status.as_str()))
+            .expression_attribute_values(":v", n(room.version))
+            .expression_attribute_values(":old", n(old));
+        match (room.closed_at, &room.closed_by) {
+            (Some(at), Some(by)) => {
+                expr.push_str(", closed_at = :at, closed_by = :by");
+                upd = upd
+                    .expression_attribute_values(":at", n(at.as_millis()))
+                    .expression_attribute_values(":by", s(by.as_str()));
+            }
+            _ => expr.push_str(" REMOVE closed_at, closed_by"),
+        }
+        let upd = upd
+            .update_expression(expr)
             .build()
             .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
         for attempt in 0..ATTEMPTS {
             let head = self.event_head(room_id).await?;
-            let mut items = vec![TransactWriteItem::builder().update(close.clone()).build()];
+            let mut items = vec![TransactWriteItem::builder().update(upd.clone()).build()];
             items.extend(self.event_items(room_id, &head, event)?);
-            match self.transact(items, "TransactWriteItems (close room)").await? {
-                // Closed now, or closed already (first close wins) or absent: read it.
-                Tx::Done => return self.get_room(room_id).await,
-                Tx::Cancelled(reasons) if check_failed(&reasons, 0) => return self.get_room(room_id).await,
+            match self.transact(items, "TransactWriteItems (update room)").await? {
+                Tx::Done => return Ok(true),
+                Tx::Cancelled(reasons) if check_failed(&reasons, 0) => {
+                    return match self.get_room(room_id).await? {
+                        Some(_) => Ok(false),
+                        None => Err(Error::not_found("room", room_id)),
+                    };
+                }
+                // The feed's head moved (or a transaction conflicted): read it again.
                 Tx::Cancelled(_) => backoff(attempt).await,
             }
         }
-        Err(gave_up("close room"))
+        Err(gave_up("update room"))
     }
 
     async fn list_rooms(

@@ -158,6 +158,38 @@ impl Macp {
         }
     }
 
+    /// A person releases whatever agent holds a claim: the way to free work held by an agent
+    /// that went stale or away. Only for adapters that face a person (`macp release`); the MCP
+    /// server never calls it. Counts as a person acting in the room.
+    pub async fn release_claim_as_person(
+        &self,
+        who: &Principal,
+        room_id: RoomId,
+        subject: &str,
+    ) -> Result<Claim> {
+        self.writable_room(room_id).await?;
+        let subject = validate::required_text("subject", subject, self.inner.limits.max_name_bytes)?;
+        let key = Claim::key_of(&subject);
+        let now = self.now();
+        let store = &self.inner.store;
+        let held = store.list_claims(room_id, now).await?;
+        let claim = held.into_iter().find(|c| c.key == key).ok_or_else(|| {
+            Error::not_found_hint(
+                "claim",
+                &subject,
+                "no agent holds this work now (list the room's claims with get_room_context)",
+            )
+        })?;
+        let said = format!("{} released by {}: {}", claim.agent_id, who.user_id, claim.subject);
+        let event = Event::new(EventKind::ClaimReleased, now, who.user_id.clone(), &said);
+        let released =
+            store.release_claim(room_id, &key, &claim.agent_id, now, &event).await?.ok_or_else(|| {
+                Error::not_found_hint("claim", &subject, "the claim was released or lapsed meanwhile")
+            })?;
+        self.changed(room_id);
+        Ok(released)
+    }
+
     /// The room's open claims, oldest first.
     pub async fn list_claims(&self, _who: &Principal, room_id: RoomId) -> Result<Vec<Claim>> {
         self.room(room_id).await?;

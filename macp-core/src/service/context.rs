@@ -11,7 +11,10 @@ use super::{Macp, Principal};
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp, UserId};
 use crate::limits::ContextCaps;
-use crate::model::{AgentSession, Claim, Decision, EntityType, EventKind, Finding, Identifier, Room, Unread};
+use crate::model::{
+    AgentSession, Claim, Decision, EntityType, EventKind, Finding, Identifier, Marker, Room, Unread,
+    VerdictKind,
+};
 use crate::store::FindingQuery;
 
 /// A finding as shown in the context: content shortened to the preview cap, with an explicit
@@ -39,8 +42,32 @@ pub struct ContextFinding {
     pub content_chars: usize,
     /// Number of evidence items.
     pub evidence_count: usize,
+    /// The finding it answers, if it is in a thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<FindingId>,
+    /// True when offered as a hypothesis.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hypothesis: bool,
+    /// Its verdict on `reply_to`, when it passes one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictKind>,
+    /// The latest verdict passed on it (`refutes`: do not build on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standing: Option<VerdictKind>,
     /// When it was posted.
     pub created_at: Timestamp,
+}
+
+/// A thread with recent answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct ActiveThread {
+    /// The finding answered (read the thread with get_timeline `thread`).
+    pub finding_id: FindingId,
+    /// Answers to it among the findings shown.
+    pub recent_replies: usize,
+    /// When the latest of them was posted.
+    pub last_reply_at: Timestamp,
 }
 
 /// The most recent findings.
@@ -130,13 +157,22 @@ impl ContextQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub struct RoomContext {
-    /// The room, with its objective.
+    /// The room, with its objective. Its `markers` and `objective_history` are left out here
+    /// (see `phase` and `markers_total`; get_room_summary has them all).
     pub room: Room,
+    /// The current phase: the latest section marker, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Marker>,
+    /// Section markers in the room.
+    pub markers_total: usize,
     /// Questions agents asked the people that are not answered yet, oldest first: read them
     /// first.
     pub open_decisions: Vec<Decision>,
     /// Latest findings and the total.
     pub findings: ContextFindings,
+    /// Threads answered among the latest findings, most recently answered first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub active_threads: Vec<ActiveThread>,
     /// Findings per tag over the whole room (which lines of inquiry exist or are closed): the
     /// most used tags, up to the `tags` cap.
     pub tag_counts: BTreeMap<String, u64>,
@@ -228,8 +264,28 @@ impl Macp {
             latest.iter().map(|f| preview(f, caps.content_preview_chars)).collect();
         let tags_total = stats.tag_counts.len();
         let tag_counts = most_used(stats.tag_counts, caps.tags);
+        let mut active_threads: Vec<ActiveThread> = Vec::new();
+        for f in latest.iter().rev() {
+            let Some(root) = f.reply_to else { continue };
+            match active_threads.iter_mut().find(|t| t.finding_id == root) {
+                Some(t) => t.recent_replies += 1,
+                None => active_threads.push(ActiveThread {
+                    finding_id: root,
+                    recent_replies: 1,
+                    last_reply_at: f.created_at,
+                }),
+            }
+        }
+        let mut room = room;
+        let phase = room.markers.pop();
+        let markers_total = room.markers.len() + usize::from(phase.is_some());
+        room.markers.clear();
+        room.objective_history.clear();
         let mut ctx = RoomContext {
             room,
+            phase,
+            markers_total,
+            active_threads,
             open_decisions,
             findings: ContextFindings { total, shown: items.len(), items },
             tags_shown: tag_counts.len(),
@@ -281,6 +337,10 @@ fn preview(f: &Finding, max_chars: usize) -> ContextFinding {
         content_truncated: truncated,
         content_chars: chars,
         evidence_count: f.evidence.len(),
+        reply_to: f.reply_to,
+        hypothesis: f.hypothesis,
+        verdict: f.verdict,
+        standing: f.standing.as_ref().map(|s| s.verdict),
         created_at: f.created_at,
     }
 }

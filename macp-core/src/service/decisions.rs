@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::{Macp, Principal};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, DecisionId, FindingId, RoomId};
-use crate::model::{Answer, AnswerChannel, Decision, Event, EventKind, Urgency};
+use crate::model::{Answer, Channel, Decision, Event, EventKind, Urgency};
 use crate::validate;
 
 /// The most options a decision may offer.
@@ -78,16 +78,6 @@ pub struct AnswerDecision {
     pub agent_id: Option<AgentId>,
 }
 
-/// How an answer reaches the service: a person's own channel, or an agent relaying.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AnswerVia {
-    /// The person behind the principal answers directly (`macp decide`, a web view). Only
-    /// adapters that face a person may use it; the MCP server never does.
-    Person,
-    /// An agent of the principal relays it.
-    Agent,
-}
-
 impl Macp {
     /// Asks the people of the room a question. It stays at the top of the context and the
     /// summary until answered.
@@ -103,18 +93,7 @@ impl Macp {
         for o in &req.options {
             options.push(validate::required_text("options", o, l.max_name_bytes)?);
         }
-        if !req.finding_ids.is_empty() {
-            let found = self.inner.store.get_findings(req.room_id, &req.finding_ids).await?;
-            if let Some(missing) =
-                req.finding_ids.iter().find(|id| !found.iter().any(|f| f.finding_id == **id))
-            {
-                return Err(Error::not_found_hint(
-                    "finding",
-                    missing,
-                    "finding_ids must be findings of this room",
-                ));
-            }
-        }
+        self.require_findings(req.room_id, &req.finding_ids, "finding_ids").await?;
         let now = self.now();
         let d = Decision {
             room_id: req.room_id,
@@ -143,19 +122,19 @@ impl Macp {
 
     /// Answers a decision. The first answer wins; a later one is a `conflict` that shows it.
     /// `via` says whether the principal answers as a person or an agent relays: adapters that
-    /// serve agents always pass [`AnswerVia::Agent`].
+    /// serve agents always pass [`Channel::Agent`].
     pub async fn answer_decision(
         &self,
         who: &Principal,
         req: AnswerDecision,
-        via: AnswerVia,
+        via: Channel,
     ) -> Result<Decision> {
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;
         let agent = match via {
-            AnswerVia::Person => None,
-            AnswerVia::Agent => {
+            Channel::Person => None,
+            Channel::Agent => {
                 Some(self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?.agent_id)
             }
         };
@@ -163,7 +142,7 @@ impl Macp {
         let answer = Answer {
             text: text.clone(),
             user_id: who.user_id.clone(),
-            channel: if agent.is_some() { AnswerChannel::Agent } else { AnswerChannel::Person },
+            channel: if agent.is_some() { Channel::Agent } else { Channel::Person },
             agent_id: agent.clone(),
             at: now,
         };

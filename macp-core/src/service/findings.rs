@@ -6,7 +6,7 @@ use super::{Aliases, Macp, Principal, check_replay, digest, fingerprint, idempot
 use crate::cursor;
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
-use crate::model::{Event, EventKind, Evidence, Finding, IndexStatus};
+use crate::model::{Event, EventKind, Evidence, Finding, IndexStatus, VerdictKind};
 use crate::store::{FindingQuery, Write, WriteOperation};
 use crate::validate;
 
@@ -36,6 +36,15 @@ pub struct PostFinding {
     /// their feed. An id not in the room is refused with the list of those who are.
     #[serde(default)]
     pub mentions: Vec<AgentId>,
+    /// True to offer this as a theory to test rather than an established fact (the tag
+    /// "hypothesis" does the same). Teammates then confirm or refute it with a verdict.
+    #[serde(default)]
+    pub hypothesis: bool,
+    /// Your judgement of the finding in `reply_to`, once you have tested it: `confirms` or
+    /// `refutes` (both need evidence), or `supersedes` (a better account replaces it). It sets
+    /// that finding's `standing`, which every read shows, so nobody builds on a refuted theory.
+    #[serde(default)]
+    pub verdict: Option<VerdictKind>,
     /// Any unique string (e.g. a UUID); retrying with the same key never posts twice.
     #[serde(default)]
     pub idempotency_key: Option<String>,
@@ -56,8 +65,23 @@ impl PostFinding {
             evidence: Vec::new(),
             reply_to: None,
             mentions: Vec::new(),
+            hypothesis: false,
+            verdict: None,
             idempotency_key: None,
         }
+    }
+
+    /// Offered as a hypothesis.
+    pub fn hypothesis(mut self) -> Self {
+        self.hypothesis = true;
+        self
+    }
+
+    /// Passing this verdict on `finding_id` (which it answers).
+    pub fn verdict(mut self, verdict: VerdictKind, finding_id: FindingId) -> Self {
+        self.verdict = Some(verdict);
+        self.reply_to = Some(finding_id);
+        self
     }
 
     /// Answering this finding.
@@ -121,9 +145,17 @@ pub struct TimelineQuery {
     /// Only findings posted by this agent.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
-    /// Only the answers to this finding (its thread).
+    /// One finding and its thread: that finding (with its standing) first, then the findings
+    /// that answer it. The way to read a finding by id.
     #[serde(default)]
-    pub reply_to: Option<FindingId>,
+    pub thread: Option<FindingId>,
+    /// Only findings about this entity (its `entity_refs` name it, or an entity merged into it).
+    #[serde(default)]
+    pub entity_id: Option<EntityId>,
+    /// Only findings after this section marker (`m1`, `m2`, … from the room's `markers`): the
+    /// phase it opened and those since.
+    #[serde(default)]
+    pub after_marker: Option<String>,
     /// Only findings posted at or after this time (RFC 3339).
     #[serde(default)]
     pub since: Option<Timestamp>,
@@ -145,7 +177,9 @@ impl TimelineQuery {
             room_id,
             tags: Vec::new(),
             agent_id: None,
-            reply_to: None,
+            thread: None,
+            entity_id: None,
+            after_marker: None,
             since: None,
             until: None,
             limit: None,
@@ -153,9 +187,21 @@ impl TimelineQuery {
         }
     }
 
-    /// Only the answers to `finding_id`.
-    pub fn replies_to(mut self, finding_id: FindingId) -> Self {
-        self.reply_to = Some(finding_id);
+    /// `finding_id` and the findings that answer it.
+    pub fn thread(mut self, finding_id: FindingId) -> Self {
+        self.thread = Some(finding_id);
+        self
+    }
+
+    /// Only findings about this entity.
+    pub fn entity(mut self, entity_id: EntityId) -> Self {
+        self.entity_id = Some(entity_id);
+        self
+    }
+
+    /// Only findings after this marker.
+    pub fn after_marker(mut self, marker_id: impl Into<String>) -> Self {
+        self.after_marker = Some(marker_id.into());
         self
     }
 
@@ -213,6 +259,10 @@ struct FindingFingerprint<'a> {
     reply_to: Option<FindingId>,
     #[serde(skip_serializing_if = "<[AgentId]>::is_empty")]
     mentions: &'a [AgentId],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    hypothesis: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict: Option<VerdictKind>,
 }
 
 impl Macp {
@@ -237,6 +287,23 @@ impl Macp {
         // Most posts name no entities: skip the alias read for them.
         let aliases = if refs.is_empty() { Aliases::default() } else { self.aliases(req.room_id).await? };
         self.require_entities(req.room_id, &refs, "entity_refs").await?;
+        if let Some(v) = req.verdict {
+            if req.reply_to.is_none() {
+                return Err(Error::invalid(
+                    "verdict",
+                    "a verdict judges the finding it answers: set reply_to to the finding you confirm, refute or supersede",
+                ));
+            }
+            if v.needs_evidence() && evidence.is_empty() {
+                return Err(Error::invalid(
+                    "evidence",
+                    format!(
+                        "a verdict that {v} a finding must carry its evidence (at least one item: the log, metric, \
+                         query or artifact that shows it); without proof, post it as a reply without a verdict"
+                    ),
+                ));
+            }
+        }
         if let Some(r) = req.reply_to
             && self.inner.store.get_findings(req.room_id, &[r]).await?.is_empty()
         {
@@ -247,6 +314,8 @@ impl Macp {
             ));
         }
         let mentions = self.mentioned(req.room_id, &req.mentions).await?;
+        self.check_exchange_budget(req.room_id, &session.agent_id, &mentions).await?;
+        let hypothesis = req.hypothesis || tags.iter().any(|t| t == "hypothesis");
 
         let print = fingerprint(
             WriteOperation::PostFinding,
@@ -258,6 +327,8 @@ impl Macp {
                 evidence: &evidence,
                 reply_to: req.reply_to,
                 mentions: &mentions,
+                hypothesis,
+                verdict: req.verdict,
             },
         );
         let now = self.now();
@@ -273,6 +344,9 @@ impl Macp {
             evidence,
             reply_to: req.reply_to,
             mentions,
+            hypothesis,
+            verdict: req.verdict,
+            standing: None,
             index_status: IndexStatus::Pending,
             idempotency_key: key.clone(),
             created_at: now,
@@ -284,7 +358,15 @@ impl Macp {
             finding.finding_id.to_string(),
             now,
         );
-        let event = Event::new(EventKind::FindingPosted, now, who.user_id.clone(), &finding.content)
+        let summary = match finding.verdict {
+            Some(v) => format!(
+                "{v} {}: {}",
+                req.reply_to.map(|r| r.to_string()).unwrap_or_default(),
+                finding.content
+            ),
+            None => finding.content.clone(),
+        };
+        let event = Event::new(EventKind::FindingPosted, now, who.user_id.clone(), &summary)
             .agent(&session.agent_id)
             .finding(finding.finding_id);
         // Where the index is the store itself, the vector is written with the post, which is
@@ -357,6 +439,82 @@ impl Macp {
         Ok(out)
     }
 
+    /// The directed exchange budget: `me` may not address a finding to an agent with whom it has
+    /// already exchanged [`Limits::max_exchanges`](crate::Limits::max_exchanges) addressed
+    /// findings (either way) since a person last acted in the room. Counted over the room's
+    /// recent feed (eight events per unit of budget, at least 64): a loop that fast is what
+    /// the budget is for; exchanges spread wider than that are a conversation.
+    async fn check_exchange_budget(&self, room_id: RoomId, me: &AgentId, mentions: &[AgentId]) -> Result<()> {
+        let budget = self.inner.limits.max_exchanges;
+        let others: Vec<&AgentId> = mentions.iter().filter(|m| *m != me).collect();
+        if budget == 0 || others.is_empty() {
+            return Ok(());
+        }
+        let store = &self.inner.store;
+        let window = (budget * 8).max(64);
+        let last = store.last_event_seq(room_id).await?;
+        let events = store.list_events(room_id, last.saturating_sub(window as u64), &[], window).await?;
+        let mut posts = Vec::new();
+        for e in events.iter().rev() {
+            if e.by_person() {
+                break;
+            }
+            let by_pair = e.agent_id.as_ref().is_some_and(|a| a == me || others.contains(&a));
+            if e.kind == EventKind::FindingPosted && by_pair {
+                posts.extend(e.finding_id);
+            }
+        }
+        if posts.len() < budget {
+            return Ok(());
+        }
+        let findings = store.get_findings(room_id, &posts).await?;
+        for other in others {
+            let exchanged = findings
+                .iter()
+                .filter(|f| {
+                    (&f.agent_id == me && f.mentions.contains(other))
+                        || (&f.agent_id == other && f.mentions.contains(me))
+                })
+                .count();
+            if exchanged >= budget {
+                return Err(Error::CapacityExceeded {
+                    what: "directed exchange budget",
+                    limit: budget as u64,
+                    message: format!(
+                        "`{me}` and `{other}` have addressed {exchanged} findings to each other with no person acting \
+                         in the room since. Nothing was posted. To go on: ask the people (ask_decision) and wait for \
+                         an answer, or post without mentioning `{other}`; a person's answer, marker or new objective \
+                         resets the budget"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Every id in `ids` must name a finding of the room.
+    pub(crate) async fn require_findings(
+        &self,
+        room_id: RoomId,
+        ids: &[FindingId],
+        field: &str,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let found = self.inner.store.get_findings(room_id, ids).await?;
+        if let Some(missing) = ids.iter().find(|id| !found.iter().any(|f| f.finding_id == **id)) {
+            return Err(Error::not_found_hint(
+                "finding",
+                missing,
+                format!(
+                    "every id in {field} must be a finding of this room; find it with get_timeline or search_findings"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Every id in `ids` must name an entity of the room (merged-away ids count: they resolve).
     pub(crate) async fn require_entities(
         &self,
@@ -391,9 +549,33 @@ impl Macp {
         {
             return Err(Error::invalid("until", "until must be later than since"));
         }
-        let filters = match q.reply_to {
-            None => digest("timeline", &(&tags, &q.agent_id, q.since, q.until)),
-            Some(r) => digest("timeline", &(&tags, &q.agent_id, q.since, q.until, r)),
+        let room_rec = self.room(q.room_id).await?;
+        let marker_seq = match &q.after_marker {
+            None => 0,
+            Some(m) => room_rec.marker(m.trim()).map(|m| m.after_seq).ok_or_else(|| {
+                Error::not_found_hint(
+                    "marker",
+                    m,
+                    "after_marker takes a marker id (m1, m2, …) from the room's markers in get_room_context",
+                )
+            })?,
+        };
+        // Entities merged into the one asked about count as it: their findings are about it too.
+        let aliases = self.aliases(q.room_id).await?;
+        let entity_refs_any = match q.entity_id {
+            None => Vec::new(),
+            Some(e) => {
+                self.require_entities(q.room_id, &[e], "entity_id").await?;
+                let canonical = aliases.resolve(e)?;
+                aliases.known_as(canonical)
+            }
+        };
+        // The filters a cursor is bound to; the original four alone hash as they always did.
+        let extra = (q.thread, q.entity_id, q.after_marker.as_deref());
+        let filters = if extra == (None, None, None) {
+            digest("timeline", &(&tags, &q.agent_id, q.since, q.until))
+        } else {
+            digest("timeline", &(&tags, &q.agent_id, q.since, q.until, extra))
         };
         let room = q.room_id.to_string();
         let after_seq = match &q.cursor {
@@ -409,12 +591,28 @@ impl Macp {
                 p[1].parse().map_err(|_| Error::invalid("cursor", "malformed cursor"))?
             }
         };
+        // A thread starts with the finding itself, on its first page.
+        let mut head = Vec::new();
+        if let Some(t) = q.thread {
+            let found = self.inner.store.get_findings(q.room_id, &[t]).await?;
+            if found.is_empty() {
+                return Err(Error::not_found_hint(
+                    "finding",
+                    t,
+                    "thread takes a finding id of this room; find it with get_timeline or search_findings",
+                ));
+            }
+            if q.cursor.is_none() {
+                head = found;
+            }
+        }
         let query = FindingQuery {
-            after_seq,
+            after_seq: after_seq.max(marker_seq),
             before_seq: None,
             tags_any: tags,
             agent_id: q.agent_id,
-            reply_to: q.reply_to,
+            reply_to: q.thread,
+            entity_refs_any,
             since: q.since,
             until: q.until,
             limit: limit + 1,
@@ -427,7 +625,9 @@ impl Macp {
         } else {
             None
         };
-        resolve_refs(&self.aliases(q.room_id).await?, &mut findings)?;
+        head.append(&mut findings);
+        let mut findings = head;
+        resolve_refs(&aliases, &mut findings)?;
         Ok(FindingPage { findings, next_cursor })
     }
 }

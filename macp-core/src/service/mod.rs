@@ -45,7 +45,7 @@ pub use claims::{ClaimResult, ClaimWork, DEFAULT_CLAIM_MINUTES, MAX_CLAIM_MINUTE
 pub use context::{
     ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, ContextQuery, RoomContext,
 };
-pub use decisions::{AnswerDecision, AnswerVia, AskDecision, MAX_DECISION_OPTIONS};
+pub use decisions::{AnswerDecision, AskDecision, MAX_DECISION_OPTIONS};
 pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
@@ -53,7 +53,8 @@ pub use entities::{
 pub use events::{RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{
-    AgentCounts, CreateRoom, DeclareStatus, JoinRoom, ListRooms, RoomFilter, RoomPage, RoomRef, RoomSummary,
+    AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,
+    RoomFilter, RoomPage, RoomRef, RoomSummary, SteerRoom,
 };
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 
@@ -393,6 +394,16 @@ impl Aliases {
     }
 
     /// Resolves each id, deduplicating while keeping the first occurrence's position.
+    /// Every id that resolves to `canonical`: itself and the entities merged into it, directly
+    /// or through others.
+    pub(crate) fn known_as(&self, canonical: EntityId) -> Vec<EntityId> {
+        let mut out = vec![canonical];
+        out.extend(
+            self.merged_into.keys().filter(|k| self.resolve(**k).is_ok_and(|r| r == canonical)).copied(),
+        );
+        out
+    }
+
     pub(crate) fn resolve_all(&self, ids: &[EntityId]) -> Result<Vec<EntityId>> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {

@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, RoomId, Timestamp};
-use crate::model::{AgentSession, AgentStatus, Event, EventKind, Room, RoomStatus, VisibilityMode};
+use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
+use crate::model::{
+    AgentSession, AgentStatus, Author, Channel, Event, EventKind, Marker, ObjectiveChange, Resolution, Room,
+    RoomStatus, VisibilityMode,
+};
 use crate::store::{AgentUpdate, Insert, RoomKey};
 use crate::validate;
 
@@ -98,6 +101,78 @@ impl RoomRef {
     /// The room `room_id`.
     pub fn new(room_id: RoomId) -> Self {
         Self { room_id }
+    }
+}
+
+/// How often a room's objective may change (its history is kept in the room record).
+pub const MAX_OBJECTIVE_CHANGES: usize = 20;
+
+/// Compare-and-set attempts on a room record before giving up with a retryable error.
+const ROOM_UPDATE_ATTEMPTS: usize = 8;
+
+/// `close_room`: end the investigation, saying how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CloseRoom {
+    /// The room.
+    pub room_id: RoomId,
+    /// What happened and what was done (markdown): the postmortem's first paragraph.
+    #[serde(default)]
+    pub resolution: Option<String>,
+    /// The findings that establish the root cause (needs `resolution`).
+    #[serde(default)]
+    pub root_cause: Vec<FindingId>,
+    /// Which of your agents closes it; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl CloseRoom {
+    /// Closing `room_id` without a resolution.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, resolution: None, root_cause: Vec::new(), agent_id: None }
+    }
+
+    /// With a resolution and the findings that establish the root cause.
+    pub fn resolution(
+        mut self,
+        summary: impl Into<String>,
+        root_cause: impl IntoIterator<Item = FindingId>,
+    ) -> Self {
+        self.resolution = Some(summary.into());
+        self.root_cause = root_cause.into_iter().collect();
+        self
+    }
+}
+
+/// `steer_room`: change what the room is about or where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SteerRoom {
+    /// The room.
+    pub room_id: RoomId,
+    /// A new objective, when the investigation's goal has changed (the old one is kept in the
+    /// room's objective_history).
+    #[serde(default)]
+    pub objective: Option<String>,
+    /// Start a new phase with this label (at most 120 characters, e.g. "mitigation done, root
+    /// cause next"): a section marker in the timeline. Secrets in it are redacted.
+    #[serde(default)]
+    pub marker: Option<String>,
+    /// True to reopen a closed room.
+    #[serde(default)]
+    pub reopen: bool,
+    /// Which of your agents acts; defaults to the one you joined with.
+    #[serde(default)]
+    pub agent_id: Option<AgentId>,
+}
+
+impl SteerRoom {
+    /// Nothing yet: set a field.
+    pub fn new(room_id: RoomId) -> Self {
+        Self { room_id, objective: None, marker: None, reopen: false, agent_id: None }
     }
 }
 
@@ -293,6 +368,10 @@ impl Macp {
             status: RoomStatus::Active,
             closed_at: None,
             closed_by: None,
+            resolution: None,
+            objective_history: Vec::new(),
+            markers: Vec::new(),
+            version: 0,
         };
         self.inner.store.insert_room(&room).await?;
         Ok(room)
@@ -362,26 +441,213 @@ impl Macp {
         }
     }
 
-    /// Closes a room. It stays fully readable; later writes return `room_closed`. Closing a
-    /// closed room returns it unchanged.
-    pub async fn close_room(&self, who: &Principal, room_id: RoomId) -> Result<Room> {
-        let now = self.now();
-        let event = Event::new(
-            EventKind::RoomClosed,
-            now,
-            who.user_id.clone(),
-            &format!("closed by {}", who.user_id),
-        );
-        let room = self
-            .inner
-            .store
-            .close_room(room_id, now, &who.user_id, &event)
-            .await?
-            .ok_or_else(|| Error::not_found_hint("room", room_id, "call list_rooms to see rooms"))?;
-        if room.closed_at == Some(now) {
-            self.changed(room_id);
+    /// Closes a room, with how it was resolved if given. It stays fully readable; later
+    /// writes return `room_closed` until it is reopened. Closing a closed room returns it
+    /// unchanged (the first close and its resolution stand).
+    pub async fn close_room(&self, who: &Principal, req: CloseRoom, via: Channel) -> Result<Room> {
+        let l = &self.inner.limits;
+        let summary = validate::optional_text("resolution", req.resolution.as_deref(), l.max_content_bytes)?;
+        if summary.is_none() && !req.root_cause.is_empty() {
+            return Err(Error::invalid(
+                "root_cause",
+                "root_cause names the findings behind a resolution: give the resolution summary too",
+            ));
+        }
+        let mut root_cause = Vec::new();
+        for f in &req.root_cause {
+            if !root_cause.contains(f) {
+                root_cause.push(*f);
+            }
+        }
+        if root_cause.len() > l.max_entity_refs {
+            return Err(Error::too_many("root_cause", l.max_entity_refs, root_cause.len()));
+        }
+        self.require_findings(req.room_id, &root_cause, "root_cause").await?;
+        // Closing never needed an agent in the room: a person's MCP client may close it unjoined.
+        let author = match (via, &req.agent_id) {
+            (Channel::Agent, None) => {
+                Author { user_id: who.user_id.clone(), agent_id: None, channel: via, at: self.now() }
+            }
+            _ => self.author(who, req.room_id, req.agent_id.as_ref(), via).await?,
+        };
+        self.update_room(req.room_id, |room| {
+            if room.status == RoomStatus::Closed {
+                return Ok(None);
+            }
+            room.status = RoomStatus::Closed;
+            room.closed_at = Some(author.at);
+            room.closed_by = Some(author.user_id.clone());
+            room.resolution = summary.clone().map(|summary| Resolution {
+                summary,
+                finding_ids: root_cause.clone(),
+                by: author.clone(),
+            });
+            let what = match &room.resolution {
+                Some(r) => format!("closed by {}: {}", author.user_id, r.summary),
+                None => format!("closed by {}", author.user_id),
+            };
+            Ok(Some(author.event(EventKind::RoomClosed, &what)))
+        })
+        .await
+    }
+
+    /// Steers a room: reopens it, changes its objective (the old one kept in
+    /// `objective_history`), or sets a section marker (a new phase), in that order when a call
+    /// asks for several. Each change is recorded with who made it and through which channel:
+    /// [`Channel::Person`] only from a person's own tool (`macp` on the command line, a web
+    /// view); the MCP server passes [`Channel::Agent`] for every call.
+    pub async fn steer_room(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
+        let l = &self.inner.limits;
+        if !req.reopen && req.objective.is_none() && req.marker.is_none() {
+            return Err(Error::invalid("objective", "give at least one of objective, marker or reopen"));
+        }
+        let objective = match &req.objective {
+            Some(o) => Some(validate::required_text("objective", o, l.max_objective_bytes)?),
+            None => None,
+        };
+        let label = match &req.marker {
+            Some(m) => Some(self.marker_label(m)?),
+            None => None,
+        };
+        let mut room = self.room(req.room_id).await?;
+        if room.status == RoomStatus::Closed && !req.reopen {
+            return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
+        }
+        let author = self.author(who, req.room_id, req.agent_id.as_ref(), via).await?;
+        if req.reopen {
+            room = self
+                .update_room(req.room_id, |room| {
+                    if room.status == RoomStatus::Active {
+                        return Ok(None);
+                    }
+                    room.status = RoomStatus::Active;
+                    room.closed_at = None;
+                    room.closed_by = None;
+                    Ok(Some(
+                        author.event(EventKind::RoomReopened, &format!("reopened by {}", author.user_id)),
+                    ))
+                })
+                .await?;
+        }
+        if let Some(objective) = objective {
+            let max = MAX_OBJECTIVE_CHANGES;
+            room = self
+                .update_room(req.room_id, |room| {
+                    if room.objective == objective {
+                        return Ok(None);
+                    }
+                    if room.objective_history.len() >= max {
+                        return Err(Error::CapacityExceeded {
+                            what: "objective changes",
+                            limit: max as u64,
+                            message: "the room has changed objective too often to keep its history; open a new room for the new objective".into(),
+                        });
+                    }
+                    let old = std::mem::replace(&mut room.objective, objective.clone());
+                    room.objective_history.push(ObjectiveChange { objective: old, replaced_by: author.clone() });
+                    Ok(Some(author.event(EventKind::ObjectiveChanged, &objective)))
+                })
+                .await?;
+        }
+        if let Some(label) = label {
+            let after_seq = self.inner.store.finding_stats(req.room_id).await?.last_seq;
+            let max = l.max_markers;
+            room = self
+                .update_room(req.room_id, |room| {
+                    if room.markers.len() >= max {
+                        return Err(Error::CapacityExceeded {
+                            what: "section markers",
+                            limit: max as u64,
+                            message:
+                                "the room has as many phases as it may hold; open a new room to continue"
+                                    .into(),
+                        });
+                    }
+                    let marker_id = format!("m{}", room.markers.len() + 1);
+                    let what = format!("{marker_id}: {label}");
+                    room.markers.push(Marker {
+                        marker_id,
+                        label: label.clone(),
+                        after_seq,
+                        by: author.clone(),
+                    });
+                    Ok(Some(author.event(EventKind::PhaseMarked, &what)))
+                })
+                .await?;
         }
         Ok(room)
+    }
+
+    /// A marker label as stored: secrets redacted first, then capped at
+    /// [`Limits::max_marker_chars`](crate::Limits::max_marker_chars) characters (redaction can
+    /// lengthen a text; cutting first could split a secret so that it is no longer recognised).
+    /// A label longer than the cap as written is refused, so the cut only ever falls on what
+    /// redaction added.
+    fn marker_label(&self, raw: &str) -> Result<String> {
+        let max = self.inner.limits.max_marker_chars;
+        let one_line = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+        if one_line.is_empty() {
+            return Err(Error::invalid(
+                "marker",
+                "a marker needs a label, e.g. \"mitigation done, root cause next\"",
+            ));
+        }
+        let chars = one_line.chars().count();
+        if chars > max {
+            return Err(Error::InvalidInput {
+                field: "marker".into(),
+                message: format!(
+                    "the marker label has {chars} characters; the limit is {max}: name the phase shortly"
+                ),
+                limit: Some(max as u64),
+            });
+        }
+        Ok(crate::redact::redact_then_cap(&one_line, max).0)
+    }
+
+    /// Who is acting on a room: a person directly, or one of the principal's agents in it (an
+    /// agent must be named: an act without one would read as a person's).
+    async fn author(
+        &self,
+        who: &Principal,
+        room_id: RoomId,
+        agent_id: Option<&AgentId>,
+        via: Channel,
+    ) -> Result<Author> {
+        let agent_id = match via {
+            Channel::Person => None,
+            Channel::Agent => {
+                let session = self.agent_session(who, room_id, agent_id).await?;
+                self.touch(&session).await;
+                Some(session.agent_id)
+            }
+        };
+        Ok(Author { user_id: who.user_id.clone(), agent_id, channel: via, at: self.now() })
+    }
+
+    /// Read-modify-write of a room record under the store's compare-and-set: `change` edits a
+    /// fresh copy and returns the event to record, or `None` when there is nothing to change.
+    async fn update_room(
+        &self,
+        room_id: RoomId,
+        change: impl Fn(&mut Room) -> Result<Option<Event>>,
+    ) -> Result<Room> {
+        for _ in 0..ROOM_UPDATE_ATTEMPTS {
+            let current = self.room(room_id).await?;
+            let mut next = current.clone();
+            let Some(event) = change(&mut next)? else { return Ok(current) };
+            next.version = current.version + 1;
+            if self.inner.store.update_room(&next, &event).await? {
+                self.changed(room_id);
+                return Ok(next);
+            }
+        }
+        Err(Error::backend(
+            self.inner.store.name(),
+            true,
+            format!("the room changed under {ROOM_UPDATE_ATTEMPTS} attempts in a row; retry"),
+            None,
+        ))
     }
 
     /// Lists rooms, newest first, optionally filtered by status.

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::error::Result;
-use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
+use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
 use crate::model::{Event, Finding, IndexStatus};
 use crate::search::VectorRecord;
 
@@ -24,6 +24,9 @@ pub struct FindingQuery {
     pub agent_id: Option<AgentId>,
     /// Only findings that answer this one (`reply_to`).
     pub reply_to: Option<FindingId>,
+    /// Only findings whose `entity_refs` (as stored, not resolved through merges) hold at least
+    /// one of these.
+    pub entity_refs_any: Vec<EntityId>,
     /// Only findings with `created_at >= since`.
     pub since: Option<Timestamp>,
     /// Only findings with `created_at < until`.
@@ -43,6 +46,7 @@ impl FindingQuery {
             tags_any: Vec::new(),
             agent_id: None,
             reply_to: None,
+            entity_refs_any: Vec::new(),
             since: None,
             until: None,
             limit,
@@ -61,6 +65,8 @@ impl FindingQuery {
         (self.tags_any.is_empty() || f.tags.iter().any(|t| self.tags_any.contains(t)))
             && self.agent_id.as_ref().is_none_or(|a| &f.agent_id == a)
             && self.reply_to.is_none_or(|r| f.reply_to == Some(r))
+            && (self.entity_refs_any.is_empty()
+                || f.entity_refs.iter().any(|e| self.entity_refs_any.contains(e)))
             && self.since.is_none_or(|t| f.created_at >= t)
             && self.until.is_none_or(|t| f.created_at < t)
     }
@@ -109,7 +115,10 @@ pub trait FindingStore: Send + Sync {
     /// updates cursor safe (see [`crate::cursor`]). The idempotency idempotency, if any, is recorded
     /// in the same atomic write; if the key is taken, nothing is written and
     /// [`Write::Replayed`] is returned. `event` is appended to the room's feed in the same
-    /// write (see [`EventStore`]). Returns the stored finding with its `seq`.
+    /// write (see [`EventStore`]). When the finding is a verdict
+    /// ([`Finding::standing_given`] is `Some((on, standing))`), the finding `on` of the same
+    /// room gets that `standing` in the same write, replacing any earlier one (the service has
+    /// checked that `on` exists). Returns the stored finding with its `seq`.
     async fn append_finding(
         &self,
         finding: &Finding,

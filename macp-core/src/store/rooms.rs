@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::ids::{RoomId, Timestamp, UserId};
+use crate::ids::{RoomId, Timestamp};
 use crate::model::{Event, Room, RoomStatus};
 
 /// Position in the room listing (newest first).
@@ -26,18 +26,14 @@ pub trait RoomStore: Send + Sync {
     /// Fetches a room, or `None`.
     async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>>;
 
-    /// Marks a room closed (`status = closed`, `closed_at`, `closed_by`) if it is active, and
-    /// returns it. A room that is already closed is returned unchanged (first close wins).
+    /// Replaces the room's record with `room` (its objective, status, closing, resolution,
+    /// objective history and markers; never its id, creation or counters) if the stored record's
+    /// `version` is `room.version - 1`, and appends `event` to the room's feed in the same write.
     ///
-    /// Contract: atomic conditional update; `None` if the room does not exist. `event` is
-    /// appended to the room's feed in the same write iff this call closes the room.
-    async fn close_room(
-        &self,
-        room_id: RoomId,
-        at: Timestamp,
-        by: &UserId,
-        event: &Event,
-    ) -> Result<Option<Room>>;
+    /// Contract: atomic compare-and-set. Returns `Ok(true)` when applied; `Ok(false)`, having
+    /// written nothing, when the stored version is another (a concurrent change won: the caller
+    /// reads again and retries); `not_found` if the room does not exist.
+    async fn update_room(&self, room: &Room, event: &Event) -> Result<bool>;
 
     /// Lists rooms ordered by `(created_at, room_id)` descending, starting strictly after
     /// `after` when given, filtered by `status` when given, at most `limit`.

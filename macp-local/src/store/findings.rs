@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use macp_core::model::{Event, Finding, IndexStatus};
+use macp_core::model::{Event, Finding, IndexStatus, VerdictKind};
 use macp_core::search::VectorRecord;
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
@@ -18,7 +18,8 @@ use crate::store::append_event;
 use crate::store::search::put_vectors;
 use crate::writer::{Effects, Sync};
 
-const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, index_status, idempotency_key, created_at, reply_to, mentions";
+const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, \
+     index_status, idempotency_key, created_at, reply_to, mentions, hypothesis, verdict, standing";
 
 fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
     let g = |e: rusqlite::Error| sql_err(e);
@@ -37,6 +38,13 @@ fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
         created_at: Timestamp::from_millis(r.get(11).map_err(g)?),
         reply_to: r.get::<_, Option<String>>(12).map_err(g)?.map(|s| parse(&s)).transpose()?,
         mentions: from_json("mentions", &r.get::<_, String>(13).map_err(g)?)?,
+        hypothesis: r.get::<_, i64>(14).map_err(g)? != 0,
+        verdict: r.get::<_, Option<String>>(15).map_err(g)?.map(|v| VerdictKind::parse(&v)).transpose()?,
+        standing: r
+            .get::<_, Option<String>>(16)
+            .map_err(g)?
+            .map(|j| from_json("standing", &j))
+            .transpose()?,
     })
 }
 
@@ -95,6 +103,7 @@ impl FindingStore for SqliteStore {
         let plain = q.tags_any.is_empty()
             && q.agent_id.is_none()
             && q.reply_to.is_none()
+            && q.entity_refs_any.is_empty()
             && q.since.is_none()
             && q.until.is_none()
             && q.limit <= 1000;
@@ -121,6 +130,14 @@ impl FindingStore for SqliteStore {
             if let Some(r) = q.reply_to {
                 sql.push_str(" AND reply_to = ?");
                 p.push(text(r));
+            }
+            if !q.entity_refs_any.is_empty() {
+                sql.push_str(&format!(
+                    " AND seq IN (SELECT seq FROM finding_entities WHERE room_id = ? AND entity_id IN {})",
+                    placeholders(q.entity_refs_any.len())
+                ));
+                p.push(text(room_id));
+                p.extend(q.entity_refs_any.iter().map(text));
             }
             if let Some(t) = q.since {
                 sql.push_str(" AND created_at >= ?");
@@ -259,7 +276,7 @@ fn append(
         .map_err(sql_err)?
         .ok_or_else(|| Error::not_found("room", &room))?;
     tx.prepare_cached(&format!(
-        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
     .and_then(|mut st| {
         st.execute(params![
@@ -277,6 +294,9 @@ fn append(
             f.created_at.as_millis(),
             f.reply_to.map(|r| r.to_string()),
             to_json(&f.mentions),
+            f.hypothesis as i64,
+            f.verdict.map(|v| v.as_str()),
+            f.standing.as_ref().map(to_json),
         ])
     })
     .map_err(sql_err)?;
@@ -290,6 +310,18 @@ fn append(
         )
         .and_then(|mut st| st.execute(params![room, t]))
         .map_err(sql_err)?;
+    }
+    for e in &f.entity_refs {
+        tx.prepare_cached(
+            "INSERT OR IGNORE INTO finding_entities (room_id, entity_id, seq) VALUES (?, ?, ?)",
+        )
+        .and_then(|mut st| st.execute(params![room, e.to_string(), seq]))
+        .map_err(sql_err)?;
+    }
+    if let Some((on, standing)) = f.standing_given() {
+        tx.prepare_cached("UPDATE findings SET standing = ? WHERE room_id = ? AND finding_id = ?")
+            .and_then(|mut st| st.execute(params![to_json(&standing), room, on.to_string()]))
+            .map_err(sql_err)?;
     }
     append_event(tx, f.room_id, event)?;
     record_key(tx, &room, idempotency)?;

@@ -1,11 +1,12 @@
 //! Rooms.
 
 use async_trait::async_trait;
-use macp_core::model::{Event, Room, RoomStatus, VisibilityMode};
+use macp_core::model::{Event, Marker, ObjectiveChange, Resolution, Room, RoomStatus, VisibilityMode};
 use macp_core::store::{RoomKey, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, params};
+use rusqlite::{OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
 
 use crate::db::*;
 use crate::store::append_event;
@@ -14,11 +15,31 @@ use crate::writer::Sync;
 // ---------------------------------------------------------------------------------------------
 // Row mapping. Each SELECT list below matches one `*_from_row` function.
 
-const ROOM_COLS: &str =
-    "room_id, name, objective, visibility_mode, created_at, created_by, tags, status, closed_at, closed_by";
+const ROOM_COLS: &str = "room_id, name, objective, visibility_mode, created_at, created_by, tags, status, closed_at, \
+     closed_by, record, version";
+
+/// The room's steering record, stored as JSON in `rooms.record`.
+#[derive(Default, Serialize, Deserialize)]
+struct Record {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resolution: Option<Resolution>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    objective_history: Vec<ObjectiveChange>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    markers: Vec<Marker>,
+}
+
+fn record_of(room: &Room) -> String {
+    to_json(&Record {
+        resolution: room.resolution.clone(),
+        objective_history: room.objective_history.clone(),
+        markers: room.markers.clone(),
+    })
+}
 
 fn room_from_row(r: &Row<'_>) -> Result<Room> {
     let g = |e: rusqlite::Error| sql_err(e);
+    let record: Record = from_json("room record", &r.get::<_, String>(10).map_err(g)?)?;
     Ok(Room {
         room_id: parse(&r.get::<_, String>(0).map_err(g)?)?,
         name: r.get(1).map_err(g)?,
@@ -30,6 +51,10 @@ fn room_from_row(r: &Row<'_>) -> Result<Room> {
         status: RoomStatus::parse(&r.get::<_, String>(7).map_err(g)?)?,
         closed_at: r.get::<_, Option<i64>>(8).map_err(g)?.map(Timestamp::from_millis),
         closed_by: r.get::<_, Option<String>>(9).map_err(g)?.map(UserId::new).transpose()?,
+        resolution: record.resolution,
+        objective_history: record.objective_history,
+        markers: record.markers,
+        version: r.get::<_, i64>(11).map_err(g)? as u64,
     })
 }
 
@@ -40,7 +65,7 @@ impl RoomStore for SqliteStore {
         self.write(Sync::Durable, move |c, fx| {
             exec(
                 c,
-                &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                 params![
                     room.room_id.to_string(),
                     room.name,
@@ -52,6 +77,8 @@ impl RoomStore for SqliteStore {
                     room.status.as_str(),
                     room.closed_at.map(|t| t.as_millis()),
                     room.closed_by.as_ref().map(|u| u.as_str().to_owned()),
+                    record_of(&room),
+                    room.version as i64,
                 ],
             )
             .map_err(|e| {
@@ -86,31 +113,40 @@ impl RoomStore for SqliteStore {
         Ok(room)
     }
 
-    async fn close_room(
-        &self,
-        room_id: RoomId,
-        at: Timestamp,
-        by: &UserId,
-        event: &Event,
-    ) -> Result<Option<Room>> {
-        let (by, event) = (by.clone(), event.clone());
+    async fn update_room(&self, room: &Room, event: &Event) -> Result<bool> {
+        let (room, event) = (room.clone(), event.clone());
         self.write(Sync::Durable, move |c, fx| {
-            let closed = exec(c,
-                "UPDATE rooms SET status = 'closed', closed_at = ?, closed_by = ? WHERE room_id = ? AND status = 'active'",
-                params![at.as_millis(), by.as_str(), room_id.to_string()],
+            let id = room.room_id.to_string();
+            let changed = exec(
+                c,
+                "UPDATE rooms SET objective = ?, status = ?, closed_at = ?, closed_by = ?, record = ?, version = ?
+                 WHERE room_id = ? AND version = ?",
+                params![
+                    room.objective,
+                    room.status.as_str(),
+                    room.closed_at.map(|t| t.as_millis()),
+                    room.closed_by.as_ref().map(|u| u.as_str().to_owned()),
+                    record_of(&room),
+                    room.version as i64,
+                    id,
+                    room.version as i64 - 1,
+                ],
             )
             .map_err(sql_err)?;
-            if closed == 1 {
-                append_event(c, room_id, &event)?;
+            if changed == 0 {
+                let exists = row(c, "SELECT 1 FROM rooms WHERE room_id = ?", params![id], |r| r.get::<_, i64>(0))
+                    .optional()
+                    .map_err(sql_err)?;
+                return match exists {
+                    Some(_) => Ok(false),
+                    None => Err(Error::not_found("room", &id)),
+                };
             }
-            let sql = format!("SELECT {ROOM_COLS} FROM rooms WHERE room_id = ?");
-            let room = query_all(c, &sql, &[text(room_id)], room_from_row)?.pop();
-            if let Some(r) = room.clone() {
-                fx.then(move |caches| {
-                    lock(&caches.rooms).insert(room_id, r);
-                });
-            }
-            Ok(room)
+            append_event(c, room.room_id, &event)?;
+            fx.then(move |caches| {
+                lock(&caches.rooms).insert(room.room_id, room);
+            });
+            Ok(true)
         })
         .await
     }

@@ -1,8 +1,8 @@
 //! The decision queue: agents ask the people; the first answer stands, and whether a person
 //! answered directly or an agent relayed it is part of the record.
 
-use macp_core::model::{AnswerChannel, EventKind, Urgency};
-use macp_core::service::{AnswerDecision, AnswerVia, AskDecision, UpdatesQuery};
+use macp_core::model::{Channel, EventKind, Urgency};
+use macp_core::service::{AnswerDecision, AskDecision, UpdatesQuery};
 use macp_core::{DecisionId, FindingId};
 
 use super::*;
@@ -54,14 +54,14 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
                 answer: "yes, now".into(),
                 agent_id: Some(f.b.clone()),
             },
-            AnswerVia::Agent,
+            Channel::Agent,
         )
         .await
         .unwrap();
     let a = relayed.answer.expect("answered");
     assert_eq!(
         (a.channel, a.agent_id.as_ref(), a.user_id.as_str()),
-        (AnswerChannel::Agent, Some(&f.b), "bob@example.com")
+        (Channel::Agent, Some(&f.b), "bob@example.com")
     );
     // A later answer, even a person's, does not replace it.
     let e = expect_code(
@@ -74,7 +74,7 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
                     answer: "wait".into(),
                     agent_id: None,
                 },
-                AnswerVia::Person,
+                Channel::Person,
             )
             .await,
         "conflict",
@@ -91,13 +91,13 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
                 answer: "no".into(),
                 agent_id: None,
             },
-            AnswerVia::Person,
+            Channel::Person,
         )
         .await
         .unwrap()
         .answer
         .unwrap();
-    assert_eq!((direct.channel, direct.agent_id), (AnswerChannel::Person, None));
+    assert_eq!((direct.channel, direct.agent_id), (Channel::Person, None));
     assert!(f.macp.room_context(&f.bob, f.room).await.unwrap().open_decisions.is_empty());
     assert_eq!(f.macp.list_decisions(&f.bob, f.room, false).await.unwrap().len(), 2);
 
@@ -145,7 +145,7 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
                     answer: "x".into(),
                     agent_id: None,
                 },
-                AnswerVia::Person,
+                Channel::Person,
             )
             .await,
         "not_found",

@@ -1,8 +1,8 @@
 //! Durability: what a durable backend keeps across a reopen.
 
 use macp_core::Macp;
-use macp_core::model::RoomStatus;
-use macp_core::service::TimelineQuery;
+use macp_core::model::{Channel, RoomStatus};
+use macp_core::service::{CloseRoom, TimelineQuery};
 
 use crate::Backend;
 
@@ -20,7 +20,7 @@ pub async fn acknowledged_writes_survive_reopen(backend: Backend) {
     let y = f.entity("y", "host", "y").await;
     f.link(x, "depends_on", y).await;
     let posted = f.post("remember me", &["root-cause"]).await;
-    f.macp.close_room(&f.alice, f.room).await.unwrap();
+    f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     let again = Macp::builder().store(reopen()).build().unwrap();
     let t = again.timeline(&f.bob, TimelineQuery::new(f.room)).await.unwrap();
     assert_eq!(t.findings, vec![posted]);

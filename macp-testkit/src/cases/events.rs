@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use macp_core::model::{AgentStatus, EntityType, Event, EventKind};
+use macp_core::model::{AgentStatus, Channel, EntityType, Event, EventKind};
 use macp_core::service::{
-    AddEntity, ContextQuery, DeclareStatus, JoinRoom, MergeEntities, PostFinding, Updates, UpdatesQuery,
+    AddEntity, CloseRoom, ContextQuery, DeclareStatus, JoinRoom, MergeEntities, PostFinding, Updates,
+    UpdatesQuery,
 };
 use macp_core::{Macp, Principal, RoomId};
 
@@ -94,7 +95,7 @@ pub async fn every_change_appears_once_in_commit_order(backend: Backend) {
     let dup = f.entity("web one", "instance_id", "i-0abc").await;
     f.link(api, "runs_on", host).await;
     f.macp.merge_entities(&f.alice, MergeEntities::new(f.room, f.a.clone(), host, dup)).await.unwrap();
-    f.macp.close_room(&f.bob, f.room).await.unwrap();
+    f.macp.close_room(&f.bob, CloseRoom::new(f.room), Channel::Person).await.unwrap();
 
     let (all, pages, _) = read_all(&f.macp, &f.bob, UpdatesQuery::new(f.room), 100).await;
     let kinds = kinds_of(&pages);
@@ -178,8 +179,8 @@ pub async fn writes_that_change_nothing_add_no_event(backend: Backend) {
         )
         .await
         .unwrap();
-    f.macp.close_room(&f.alice, f.room).await.unwrap();
-    f.macp.close_room(&f.bob, f.room).await.unwrap();
+    f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
+    f.macp.close_room(&f.bob, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     let u = f.macp.updates(&f.alice, UpdatesQuery::new(f.room).cursor(head)).await.unwrap();
     assert!(u.findings.is_empty(), "a replayed post is not posted again");
     assert_eq!(

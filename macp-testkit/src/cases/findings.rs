@@ -597,8 +597,12 @@ pub async fn threads_and_mentions_reach_the_right_agent(backend: Backend) {
     assert_eq!(f.all_findings(&f.alice).await.len(), before, "refused posts wrote nothing");
 
     let thread =
-        f.macp.timeline(&f.alice, TimelineQuery::new(f.room).replies_to(question.finding_id)).await.unwrap();
-    assert_eq!(thread.findings.iter().map(|x| x.finding_id).collect::<Vec<_>>(), vec![reply.finding_id]);
+        f.macp.timeline(&f.alice, TimelineQuery::new(f.room).thread(question.finding_id)).await.unwrap();
+    assert_eq!(
+        thread.findings.iter().map(|x| x.finding_id).collect::<Vec<_>>(),
+        vec![question.finding_id, reply.finding_id],
+        "a thread reads as the finding, then its answers"
+    );
 
     let mine =
         f.macp.updates(&f.alice, UpdatesQuery::new(f.room).agent(f.a.clone()).about_me()).await.unwrap();

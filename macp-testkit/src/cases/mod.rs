@@ -21,6 +21,7 @@ mod events;
 mod findings;
 mod rooms;
 mod search;
+mod steering;
 
 pub use agents::*;
 pub use artifacts::*;
@@ -32,6 +33,7 @@ pub use events::*;
 pub use findings::*;
 pub use rooms::*;
 pub use search::*;
+pub use steering::*;
 
 /// Asserts that `r` failed with `code`, returning the error.
 #[track_caller]

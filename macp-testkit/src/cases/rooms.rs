@@ -1,9 +1,9 @@
 //! Rooms: creating, listing, closing, the summary and the bounded context.
 
-use macp_core::model::{AgentStatus, EntityType, RoomStatus, VisibilityMode};
+use macp_core::model::{AgentStatus, Channel, EntityType, RoomStatus, VisibilityMode};
 use macp_core::service::{
-    AddEntity, AddRelationship, CreateRoom, DeclareStatus, GraphQuery, JoinRoom, ListArtifacts, ListRooms,
-    MergeEntities, PostFinding, RoomFilter, UpdatesQuery,
+    AddEntity, AddRelationship, CloseRoom, CreateRoom, DeclareStatus, GraphQuery, JoinRoom, ListArtifacts,
+    ListRooms, MergeEntities, PostFinding, RoomFilter, UpdatesQuery,
 };
 use macp_core::{FindingId, Limits, Macp, RoomId};
 
@@ -60,7 +60,7 @@ pub async fn list_rooms_pages_newest_first_and_filters_by_status(backend: Backen
         clock.advance_ms(1000);
         ids.push(macp.create_room(&alice, CreateRoom::new(format!("room {i}"))).await.unwrap().room_id);
     }
-    macp.close_room(&alice, ids[1]).await.unwrap();
+    macp.close_room(&alice, CloseRoom::new(ids[1]), Channel::Person).await.unwrap();
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
@@ -99,7 +99,7 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
     let e2 = f.entity("db-1", "hostname", "db-1").await;
     f.link(e1, "depends_on", e2).await;
     let finding = f.post("web-1 cannot reach db-1", &["triage"]).await;
-    let closed = f.macp.close_room(&f.bob, f.room).await.unwrap();
+    let closed = f.macp.close_room(&f.bob, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     assert_eq!(closed.status, RoomStatus::Closed);
     assert_eq!(closed.closed_by.as_ref().map(|u| u.as_str()), Some("bob@example.com"));
 
@@ -165,11 +165,14 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
 /// Closing twice keeps the first close.
 pub async fn close_room_is_idempotent(backend: Backend) {
     let f = Fixture::new(&backend).await;
-    let first = f.macp.close_room(&f.alice, f.room).await.unwrap();
+    let first = f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     f.clock.advance_ms(5000);
-    let second = f.macp.close_room(&f.bob, f.room).await.unwrap();
+    let second = f.macp.close_room(&f.bob, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     assert_eq!(first, second, "the second close changes nothing");
-    expect_code(f.macp.close_room(&f.alice, RoomId::generate()).await, "not_found");
+    expect_code(
+        f.macp.close_room(&f.alice, CloseRoom::new(RoomId::generate()), Channel::Person).await,
+        "not_found",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
