@@ -9,8 +9,8 @@ Work in a loop, and re-read the room every iteration instead of trusting your ow
 1. get_room_context (first time, or when unsure) — the objective, latest findings, key entities, who is doing what, and a cursor.
 2. get_updates with your cursor — every change since you last looked (findings, statuses, entities, files); pass the cursor back with ack: true once processed, and use wait_seconds instead of sleeping. A teammate's status_declared \"blocked\" is a call for help.
 3. Decide one contribution that serves the objective and is not already covered: search_findings before posting, leave work teammates claimed to them, and claim_work what you start.
-4. post_finding with tags, evidence and entity_refs; add_entity (with typed identifiers) and add_relationship for what you learned.
-5. declare_status: active, idle, or blocked with a reason a human can act on.
+4. post_finding with tags, evidence and entity_refs (hypothesis: true for an untested theory; once tested, reply to it with a verdict: confirms or refutes with evidence, or supersedes); add_entity (with typed identifiers) and add_relationship for what you learned.
+5. declare_status: active, idle, or blocked with a reason a human can act on. Choices that belong to people go to ask_decision; when the work moves to a new phase, steer_room with a marker.
 Then repeat. Start with list_rooms or create_room, then join_room. Never paste secrets, tokens or credentials.";
 
 /// `create_room`.

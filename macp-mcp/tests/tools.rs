@@ -66,7 +66,7 @@ async fn err(c: &Client, tool: &str, args: Value, code: &str) -> Value {
     body
 }
 
-const TOOLS: [&str; 18] = [
+const TOOLS: [&str; 19] = [
     "create_room",
     "join_room",
     "close_room",
@@ -85,6 +85,7 @@ const TOOLS: [&str; 18] = [
     "claim_work",
     "ask_decision",
     "answer_decision",
+    "steer_room",
 ];
 
 #[tokio::test]
@@ -118,7 +119,7 @@ async fn artifact_tools_exist_only_with_an_artifact_store() {
         .unwrap();
     let c = connect(&with, "alice").await;
     let tools = c.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 21, "all of the design's tools, claim_work and the decision queue");
+    assert_eq!(tools.len(), 22, "all of the design's tools, claim_work, the decision queue and steer_room");
     for name in ["request_artifact_upload", "register_artifact", "list_artifacts"] {
         let t = tools.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} listed"));
         assert!(t.output_schema.is_some());
@@ -406,9 +407,9 @@ async fn skill_md_is_served_as_a_resource() {
 /// Words that would name a tool: a verb the tools use, an underscore, a noun (`get_findings`,
 /// `update_entity`). SKILL.md and the server's own texts may only name tools that exist.
 fn tool_like_words(text: &str) -> std::collections::BTreeSet<String> {
-    const VERBS: [&str; 16] = [
+    const VERBS: [&str; 17] = [
         "create", "join", "close", "list", "get", "declare", "post", "search", "add", "merge", "request",
-        "register", "delete", "update", "read", "remove",
+        "register", "delete", "update", "read", "remove", "steer",
     ];
     text.split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
         .filter(|w| w.split_once('_').is_some_and(|(verb, rest)| VERBS.contains(&verb) && !rest.is_empty()))
@@ -426,7 +427,7 @@ async fn skill_md_and_the_server_name_exactly_the_same_tools() {
     let c = connect(&macp, "alice").await;
     let tools: std::collections::BTreeSet<String> =
         c.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(tools.len(), 21);
+    assert_eq!(tools.len(), 22);
     let skill = macp_mcp::docs::SKILL_FILE;
 
     // Every tool has a worked example: a line that starts with the tool's name in backticks.
