@@ -198,8 +198,12 @@ search \"database hit its connection ceiling\" → {:.2} {}",
         timeline.findings[1].entity_refs
     );
 
-    let graph =
-        macp.entity_graph(&alice, GraphQuery { room_id: room.room_id, entity_id: None, depth: None }).await?;
+    let graph = macp
+        .entity_graph(
+            &alice,
+            GraphQuery { room_id: room.room_id, entity_id: None, identifier: None, depth: None },
+        )
+        .await?;
     println!(
         "\nentity graph: {} entities, {} relationships",
         graph.total_entities, graph.total_relationships

@@ -86,7 +86,9 @@ secrets, tokens or credentials.";
 /// `search_findings`.
 pub const SEARCH_FINDINGS: &str = "Find findings in a room by meaning or by exact words: describe what you are looking \
 for in your own words (\"why did the database run out of connections\"), or give an identifier (a host, commit, ARN, \
-error code). Filter by tags or agent_id. Results are best first, each with the full finding and a score.";
+error code). Filter by tags or agent_id. Results are best first, each with the full finding (and its standing, when a \
+verdict judged it) and a score. all_rooms: true also searches every other room, closed ones included, to ask \
+\"have we seen this before?\": each result then names its room, its status and how it was resolved.";
 
 /// `get_timeline`.
 pub const GET_TIMELINE: &str = "Read a room's findings in the order they were posted, optionally only those with some \
@@ -122,8 +124,10 @@ Use it when add_entity reports other_matches or you find a same_as.";
 
 /// `get_entity_graph`.
 pub const GET_ENTITY_GRAPH: &str = "Read the entity graph: with entity_id, that entity and its neighbours up to depth \
-hops (default 1, at most 3); without it, the best-connected entities of the room and their relationships. Merged \
-entities appear once, with their old ids under aliases.";
+hops (default 1, at most 3; 0 for the entity alone); with identifier ({type, value}) instead, the entity holding it, \
+looked up without creating anything (not_found if none): use it to check whether the room knows a host, ARN or commit. \
+Without either, the best-connected entities of the room and their relationships. Merged entities appear once, with \
+their old ids under aliases.";
 
 /// `request_artifact_upload`.
 pub const REQUEST_ARTIFACT_UPLOAD: &str = "Attach a file (log excerpt, screenshot, metric graph, JSON dump) to the room: \

@@ -249,6 +249,7 @@ macro_rules! conformance_tests {
             the_directed_exchange_budget_stops_a_loop_until_a_person_acts,
             verdicts_give_a_finding_its_standing_everywhere,
             findings_about_an_entity_include_merged_aliases,
+            an_entity_is_found_by_identifier_without_creating_it,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -262,6 +263,7 @@ macro_rules! conformance_tests {
             a_rooms_first_findings_are_found_by_their_words,
             search_finds_an_exact_identifier_first,
             search_stays_in_its_room_and_honours_filters,
+            search_across_rooms_finds_past_incidents_and_names_them,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; vectors;
             search_finds_a_paraphrase_without_shared_words,

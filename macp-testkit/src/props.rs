@@ -255,7 +255,12 @@ where
                     .macp
                     .entity_graph(
                         &f.alice,
-                        GraphQuery { room_id: f.room, entity_id: Some(ids[i]), depth: Some(0) },
+                        GraphQuery {
+                            room_id: f.room,
+                            entity_id: Some(ids[i]),
+                            identifier: None,
+                            depth: Some(0),
+                        },
                     )
                     .await
                     .map_err(|e| TestCaseError::fail(format!("graph failed: {e}")))?;

@@ -218,7 +218,11 @@ pub struct GraphQuery {
     /// Start from this entity; omit for the best-connected entities of the whole room.
     #[serde(default)]
     pub entity_id: Option<EntityId>,
-    /// Hops from entity_id (default 1, at most 3).
+    /// Or start from the entity holding this identifier ({type, value}): the way to look an
+    /// entity up without creating it (`not_found` if the room has none).
+    #[serde(default)]
+    pub identifier: Option<Identifier>,
+    /// Hops from the start (default 1, at most 3; 0 for the entity alone).
     #[serde(default)]
     pub depth: Option<u32>,
 }
@@ -226,7 +230,14 @@ pub struct GraphQuery {
 impl GraphQuery {
     /// The best-connected entities of the room.
     pub fn new(room_id: RoomId) -> Self {
-        Self { room_id, entity_id: None, depth: None }
+        Self { room_id, entity_id: None, identifier: None, depth: None }
+    }
+
+    /// The entity holding `identifier` and its neighbours, `depth` hops out.
+    pub fn by_identifier(mut self, id_type: impl Into<String>, value: impl Into<String>, depth: u32) -> Self {
+        self.identifier = Some(Identifier { id_type: id_type.into(), value: value.into() });
+        self.depth = Some(depth);
+        self
     }
 
     /// The neighbourhood of `entity_id`, `depth` hops out.
@@ -745,7 +756,25 @@ impl Macp {
         self.room(q.room_id).await?;
         let aliases = self.aliases(q.room_id).await?;
         let stats = store.entity_stats(q.room_id).await?;
-        let Some(start) = q.entity_id else {
+        let start = match (q.entity_id, &q.identifier) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid("identifier", "give entity_id or identifier, not both"));
+            }
+            (None, Some(raw)) => {
+                let wanted = validate::identifiers(std::slice::from_ref(raw), l)?;
+                let held = store.find_identifiers(q.room_id, &wanted).await?;
+                let (_, id) = held.into_iter().next().ok_or_else(|| {
+                    Error::not_found_hint(
+                        "identifier",
+                        format!("{}:{}", wanted[0].id_type, wanted[0].value),
+                        "no entity of this room holds it; add_entity creates one",
+                    )
+                })?;
+                Some(id)
+            }
+            (e, None) => e,
+        };
+        let Some(start) = start else {
             if q.depth.is_some() {
                 return Err(Error::invalid("depth", "depth needs an entity_id to start from"));
             }

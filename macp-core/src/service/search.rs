@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
@@ -20,9 +21,10 @@ use super::findings::resolve_refs;
 use super::{Macp, Principal};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, FindingId, RoomId};
-use crate::model::{Finding, IndexStatus};
+use crate::model::{Finding, IndexStatus, RoomStatus};
 use crate::search::fusion::{FusionConfig, fuse};
 use crate::search::{Embedder, IndexModel, VectorFilter, VectorIndex, VectorRecord, model_mismatch};
+use crate::store::RoomKey;
 use crate::validate;
 
 /// Search settings.
@@ -112,12 +114,22 @@ pub struct SearchFindings {
     /// Only findings posted by this agent.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
+    /// True to search every room you may see too, closed ones included ("have we seen this
+    /// before?"): each result names its room.
+    #[serde(default)]
+    pub all_rooms: bool,
 }
 
 impl SearchFindings {
     /// A search of `room_id` for `query`.
     pub fn new(room_id: RoomId, query: impl Into<String>) -> Self {
-        Self { room_id, query: query.into(), limit: None, tags: Vec::new(), agent_id: None }
+        Self { room_id, query: query.into(), limit: None, tags: Vec::new(), agent_id: None, all_rooms: false }
+    }
+
+    /// Searching every room the caller may see.
+    pub fn all_rooms(mut self) -> Self {
+        self.all_rooms = true;
+        self
     }
 
     /// Most results.
@@ -151,6 +163,25 @@ pub struct SearchHit {
     pub semantic_rank: Option<usize>,
     /// Rank among keyword matches, if it was one.
     pub keyword_rank: Option<usize>,
+    /// The finding's room, in an `all_rooms` search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomLabel>,
+}
+
+/// Which room a result of an `all_rooms` search comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct RoomLabel {
+    /// Its name, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its objective.
+    pub objective: String,
+    /// `active` or `closed`.
+    pub status: RoomStatus,
+    /// How it ended, if it was closed with a resolution.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<String>,
 }
 
 /// The result of `search_findings`.
@@ -162,7 +193,20 @@ pub struct SearchResults {
     /// False when semantic search was unavailable for this query (no embedder configured, or it
     /// failed): results then come from keyword matching alone.
     pub semantic: bool,
+    /// In an `all_rooms` search: how many rooms were searched (newest first), and how many
+    /// older ones were not because the search covers at most [`MAX_ROOMS_SEARCHED`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rooms_searched: Option<usize>,
+    /// See `rooms_searched`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rooms_not_searched: Option<usize>,
 }
+
+/// The most rooms one `all_rooms` search covers, newest first.
+pub const MAX_ROOMS_SEARCHED: usize = 200;
+
+/// Rooms searched concurrently in an `all_rooms` search.
+const ROOMS_AT_ONCE: usize = 8;
 
 /// What one reconciler pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -386,11 +430,8 @@ impl Macp {
         let query = validate::required_text("query", &q.query, cfg.max_query_bytes)?;
         let limit = validate::page_size("limit", q.limit, cfg.default_results, cfg.max_results)?;
         let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
-        let filter = VectorFilter { tags_any: tags.clone(), agent_id: q.agent_id.clone() };
-        let filtered = !tags.is_empty() || q.agent_id.is_some();
 
-        // Semantic evidence: the nearest findings, plus the cosine of every keyword match
-        // outside them, so fusion sees both signals for every candidate.
+        // The query's vector, once for every room searched.
         let mut vector = None;
         if let Some(s) = self.search_parts() {
             let v = async {
@@ -402,15 +443,81 @@ impl Macp {
             // A failing embedder degrades search to keywords rather than failing it.
             vector = v.ok();
         }
+        let semantic = vector.is_some();
+        let agent = q.agent_id.as_ref();
+        if !q.all_rooms {
+            let results = self.search_room(q.room_id, &query, vector.as_deref(), limit, &tags, agent).await?;
+            return Ok(SearchResults { results, semantic, rooms_searched: None, rooms_not_searched: None });
+        }
+        // Every room the caller may see (all of them while visibility is `full`), newest first.
+        let mut rooms = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.inner.store.list_rooms(None, after, l.max_page).await?;
+            let last = page.last().map(|r| RoomKey { created_at: r.created_at, room_id: r.room_id });
+            let more = page.len() == l.max_page;
+            rooms.extend(page);
+            match last {
+                Some(k) if more => after = Some(k),
+                _ => break,
+            }
+        }
+        let total = rooms.len();
+        // The asking room first, then the newest others.
+        rooms.sort_by_key(|r| r.room_id != q.room_id);
+        rooms.truncate(MAX_ROOMS_SEARCHED);
+        // Owned ids: a closure over `&Room` would make the futures' lifetime higher-ranked, which
+        // the `Send` bound of the MCP handlers cannot prove.
+        let ids: Vec<RoomId> = rooms.iter().map(|r| r.room_id).collect();
+        let (query, vector, tags) = (&query, vector.as_deref(), &tags);
+        let searches = ids.into_iter().map(|id| self.search_room(id, query, vector, limit, tags, agent));
+        let per_room: Vec<Vec<SearchHit>> =
+            futures_util::stream::iter(searches).buffered(ROOMS_AT_ONCE).try_collect().await?;
+        let mut results: Vec<SearchHit> = Vec::new();
+        for (room, hits) in rooms.iter().zip(per_room) {
+            let label = RoomLabel {
+                name: room.name.clone(),
+                objective: room.objective.clone(),
+                status: room.status,
+                resolution: room.resolution.as_ref().map(|r| r.summary.clone()),
+            };
+            results.extend(hits.into_iter().map(|h| SearchHit { room: Some(label.clone()), ..h }));
+        }
+        results.sort_by(|a, b| b.score.total_cmp(&a.score));
+        results.truncate(limit);
+        Ok(SearchResults {
+            results,
+            semantic,
+            rooms_searched: Some(rooms.len()),
+            rooms_not_searched: Some(total - rooms.len()),
+        })
+    }
+
+    /// One room's hybrid search, with the query's vector when there is one.
+    async fn search_room(
+        &self,
+        room_id: RoomId,
+        query: &str,
+        vector: Option<&[f32]>,
+        limit: usize,
+        tags: &[String],
+        agent: Option<&AgentId>,
+    ) -> Result<Vec<SearchHit>> {
+        let cfg = &self.inner.search_config;
+        let filtered = !tags.is_empty() || agent.is_some();
+        let filter = VectorFilter { tags_any: tags.to_vec(), agent_id: agent.cloned() };
+
+        // Semantic evidence: the nearest findings, plus the cosine of every keyword match
+        // outside them, so fusion sees both signals for every candidate.
         // Filters apply after hydration, so widen the keyword pool when filtering. A store
         // without keyword search answers None: meaning alone then.
         let k = if filtered { cfg.candidates * 4 } else { cfg.candidates };
-        let keyword = self.inner.store.keyword_search(q.room_id, &query, k).await?.unwrap_or_default();
+        let keyword = self.inner.store.keyword_search(room_id, query, k).await?.unwrap_or_default();
         let mut cosines: Vec<(FindingId, f32)> = Vec::new();
-        if let (Some(s), Some(v)) = (self.search_parts(), &vector) {
+        if let (Some(s), Some(v)) = (self.search_parts(), vector) {
             cosines = s
                 .index
-                .query(q.room_id, v, cfg.candidates, &filter)
+                .query(room_id, v, cfg.candidates, &filter)
                 .await?
                 .into_iter()
                 .map(|h| (h.finding_id, h.score))
@@ -423,30 +530,25 @@ impl Macp {
                 .collect();
             if !missing.is_empty() {
                 cosines.extend(
-                    s.index
-                        .scores(q.room_id, v, &missing)
-                        .await?
-                        .into_iter()
-                        .map(|h| (h.finding_id, h.score)),
+                    s.index.scores(room_id, v, &missing).await?.into_iter().map(|h| (h.finding_id, h.score)),
                 );
             }
         }
         let kw: Vec<(FindingId, f64)> = keyword.hits.iter().map(|h| (h.finding_id, h.score)).collect();
         let fused = fuse(&cosines, &kw, keyword.ideal, &cfg.fusion);
-        let semantic_ok = vector.is_some();
 
         let mut results = Vec::with_capacity(limit);
-        let aliases = self.aliases(q.room_id).await?;
+        let aliases = self.aliases(room_id).await?;
         for chunk in fused.chunks(limit.max(16)) {
             let ids: Vec<FindingId> = chunk.iter().map(|f| f.finding_id).collect();
-            let mut found = self.inner.store.get_findings(q.room_id, &ids).await?;
+            let mut found = self.inner.store.get_findings(room_id, &ids).await?;
             resolve_refs(&aliases, &mut found)?;
             for f in chunk {
                 let Some(finding) = found.iter().find(|x| x.finding_id == f.finding_id) else { continue };
                 if !tags.is_empty() && !finding.tags.iter().any(|t| tags.contains(t)) {
                     continue;
                 }
-                if q.agent_id.as_ref().is_some_and(|a| &finding.agent_id != a) {
+                if agent.is_some_and(|a| &finding.agent_id != a) {
                     continue;
                 }
                 results.push(SearchHit {
@@ -454,6 +556,7 @@ impl Macp {
                     score: f.score,
                     semantic_rank: f.semantic_rank,
                     keyword_rank: f.keyword_rank,
+                    room: None,
                 });
                 if results.len() == limit {
                     break;
@@ -463,6 +566,6 @@ impl Macp {
                 break;
             }
         }
-        Ok(SearchResults { results, semantic: semantic_ok })
+        Ok(results)
     }
 }

@@ -108,7 +108,10 @@ pub async fn concurrent_adds_sharing_an_identifier_yield_one_entity(backend: Bac
     assert_eq!(summary.entity_count, 1);
     let graph = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: None, identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -217,7 +220,10 @@ pub async fn merge_is_lazy_and_aliases_resolve_on_every_read(backend: Backend) {
     // Graph from the old id lands on the winner, with the loser's edge.
     let g = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(loser), depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: Some(loser), identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!(g.root, Some(winner));
@@ -226,7 +232,10 @@ pub async fn merge_is_lazy_and_aliases_resolve_on_every_read(backend: Backend) {
     // The whole-room graph lists the winner with its alias, and not the loser.
     let all = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: None, identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!(all.total_entities, 2);
@@ -298,7 +307,10 @@ pub async fn merge_chains_resolve_without_cycles(backend: Backend) {
     for id in [a, b, c, d] {
         let g = f
             .macp
-            .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(id), depth: None })
+            .entity_graph(
+                &f.alice,
+                GraphQuery { room_id: f.room, entity_id: Some(id), identifier: None, depth: None },
+            )
             .await
             .unwrap();
         assert_eq!(g.root, Some(a), "{id} resolves to the chain's end");
@@ -342,12 +354,18 @@ pub async fn concurrent_opposite_merges_never_form_a_cycle(backend: Backend) {
         assert_eq!(applied, 1, "exactly one merge applied");
         let gx = f
             .macp
-            .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(x), depth: None })
+            .entity_graph(
+                &f.alice,
+                GraphQuery { room_id: f.room, entity_id: Some(x), identifier: None, depth: None },
+            )
             .await
             .unwrap();
         let gy = f
             .macp
-            .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(y), depth: None })
+            .entity_graph(
+                &f.alice,
+                GraphQuery { room_id: f.room, entity_id: Some(y), identifier: None, depth: None },
+            )
             .await
             .unwrap();
         assert_eq!(gx.root, gy.root);
@@ -447,7 +465,10 @@ pub async fn a_repeated_relationship_keeps_its_first_description_and_evidence_or
     );
     let graph = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(web), depth: Some(1) })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: Some(web), identifier: None, depth: Some(1) },
+        )
         .await
         .unwrap();
     assert_eq!(graph.relationships.len(), 1);
@@ -532,7 +553,12 @@ pub async fn entity_identifiers_stay_a_sorted_set_through_attach_and_merge(backe
         .macp
         .entity_graph(
             &f.bob,
-            GraphQuery { room_id: f.room, entity_id: Some(b.entity.entity_id), depth: Some(1) },
+            GraphQuery {
+                room_id: f.room,
+                entity_id: Some(b.entity.entity_id),
+                identifier: None,
+                depth: Some(1),
+            },
         )
         .await
         .unwrap();
@@ -619,7 +645,7 @@ pub async fn entity_graph_walks_to_depth_and_refuses_deeper(backend: Backend) {
     let walk = |depth| {
         f.macp.entity_graph(
             &f.alice,
-            GraphQuery { room_id: f.room, entity_id: Some(chain[0]), depth: Some(depth) },
+            GraphQuery { room_id: f.room, entity_id: Some(chain[0]), identifier: None, depth: Some(depth) },
         )
     };
     let one = walk(1).await.unwrap();
@@ -633,7 +659,10 @@ pub async fn entity_graph_walks_to_depth_and_refuses_deeper(backend: Backend) {
     assert_eq!(e.limit(), Some(Limits::default().max_graph_depth as u64));
     let whole = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: None, identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!((whole.entities.len(), whole.relationships.len(), whole.truncated), (5, 4, false));
@@ -669,7 +698,10 @@ pub async fn merge_refuses_to_exceed_the_identifier_limit(backend: Backend) {
     assert_eq!(e.limit(), Some(max as u64), "{e}");
     let g = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: None, identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!(g.entities.len(), 2, "nothing was merged");
@@ -702,4 +734,54 @@ pub async fn merge_refuses_to_exceed_the_identifier_limit(backend: Backend) {
         "invalid_input",
     );
     assert_eq!(e.limit(), Some(max as u64));
+}
+
+/// An entity is looked up by one of its identifiers (normalised like any other) without being
+/// created: an identifier nobody holds is `not_found` and writes nothing; a merged-away
+/// entity's identifier finds the winner.
+pub async fn an_entity_is_found_by_identifier_without_creating_it(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let db = f.entity("orders-db", "hostname", "orders-db.prod").await;
+    let rds = f.entity("orders rds", "arn", "arn:aws:rds:us-east-1:1:db:orders").await;
+    let g = f
+        .macp
+        .entity_graph(&f.alice, GraphQuery::new(f.room).by_identifier("HOSTNAME", "Orders-DB.prod", 0))
+        .await
+        .unwrap();
+    assert_eq!(g.root, Some(db));
+    assert_eq!(g.entities.len(), 1);
+    let before = f.macp.room_summary(&f.alice, f.room).await.unwrap().entity_count;
+    expect_code(
+        f.macp
+            .entity_graph(&f.alice, GraphQuery::new(f.room).by_identifier("hostname", "nowhere.prod", 1))
+            .await,
+        "not_found",
+    );
+    assert_eq!(
+        f.macp.room_summary(&f.alice, f.room).await.unwrap().entity_count,
+        before,
+        "a lookup creates nothing"
+    );
+    f.macp.merge_entities(&f.alice, MergeEntities::new(f.room, f.a.clone(), db, rds)).await.unwrap();
+    let g = f
+        .macp
+        .entity_graph(
+            &f.alice,
+            GraphQuery::new(f.room).by_identifier("arn", "arn:aws:rds:us-east-1:1:db:orders", 1),
+        )
+        .await
+        .unwrap();
+    assert_eq!(g.root, Some(db), "the merged-away entity's identifier finds the winner");
+    expect_code(
+        f.macp
+            .entity_graph(
+                &f.alice,
+                GraphQuery {
+                    entity_id: Some(db),
+                    ..GraphQuery::new(f.room).by_identifier("hostname", "orders-db.prod", 1)
+                },
+            )
+            .await,
+        "invalid_input",
+    );
 }

@@ -524,12 +524,20 @@ pub async fn rooms_are_isolated(backend: Backend) {
     assert_eq!(g.macp.room_summary(&g.alice, g.room).await.unwrap().finding_count, 1);
     let graph = f
         .macp
-        .entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: None, depth: None })
+        .entity_graph(
+            &f.alice,
+            GraphQuery { room_id: f.room, entity_id: None, identifier: None, depth: None },
+        )
         .await
         .unwrap();
     assert_eq!(graph.entities.iter().map(|e| e.entity.entity_id).collect::<Vec<_>>(), vec![ef]);
     expect_code(
-        f.macp.entity_graph(&f.alice, GraphQuery { room_id: f.room, entity_id: Some(eg), depth: None }).await,
+        f.macp
+            .entity_graph(
+                &f.alice,
+                GraphQuery { room_id: f.room, entity_id: Some(eg), identifier: None, depth: None },
+            )
+            .await,
         "not_found",
     );
     expect_code(

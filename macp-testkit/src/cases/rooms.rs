@@ -149,8 +149,10 @@ pub async fn closed_room_stays_readable_and_refuses_writes(backend: Backend) {
     assert_eq!(ctx.findings.total, 1);
     let summary = m.room_summary(&f.bob, r).await.unwrap();
     assert_eq!((summary.finding_count, summary.entity_count, summary.relationship_count), (1, 2, 1));
-    let graph =
-        m.entity_graph(&f.bob, GraphQuery { room_id: r, entity_id: Some(e1), depth: None }).await.unwrap();
+    let graph = m
+        .entity_graph(&f.bob, GraphQuery { room_id: r, entity_id: Some(e1), identifier: None, depth: None })
+        .await
+        .unwrap();
     assert_eq!(graph.relationships.len(), 1);
     if f.transfer.is_some() {
         m.list_artifacts(

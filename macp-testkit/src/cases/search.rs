@@ -461,3 +461,78 @@ pub async fn an_index_built_by_another_model_is_refused_until_reindexed(backend:
     let ids = seed(&fresh, &r).await;
     assert_eq!(top(&fresh, &r, "kafka consumer lag on payments").await.first(), Some(&ids[5]));
 }
+
+/// "Have we seen this before?": `all_rooms` searches every room the caller may see, closed
+/// ones included, and each result names its room (objective, status, resolution); without it
+/// a search stays in its room.
+pub async fn search_across_rooms_finds_past_incidents_and_names_them(backend: Backend) {
+    use macp_core::model::{Channel, RoomStatus};
+    use macp_core::service::CloseRoom;
+    let macp = hybrid(&backend);
+    let old = room(&macp).await;
+    let past = macp
+        .post_finding(
+            &old.who,
+            PostFinding::new(
+                old.id,
+                old.agent.clone(),
+                "HikariPool-1 connection timeout after deploy 4471 halved maxPoolSize",
+            )
+            .tags(["root-cause"]),
+        )
+        .await
+        .unwrap()
+        .finding;
+    macp.close_room(
+        &old.who,
+        CloseRoom::new(old.id).resolution("reverted deploy 4471", [past.finding_id]),
+        Channel::Person,
+    )
+    .await
+    .unwrap();
+    let now = room(&macp).await;
+    macp.post_finding(
+        &now.who,
+        PostFinding::new(now.id, now.agent.clone(), "checkout p99 is up since 10:00"),
+    )
+    .await
+    .unwrap();
+
+    let here = macp
+        .search_findings(&now.who, SearchFindings::new(now.id, "HikariPool connection timeout"))
+        .await
+        .unwrap();
+    assert!(here.results.iter().all(|h| h.finding.room_id == now.id), "a plain search stays in its room");
+    assert_eq!(here.rooms_searched, None);
+
+    let everywhere = macp
+        .search_findings(&now.who, SearchFindings::new(now.id, "HikariPool connection timeout").all_rooms())
+        .await
+        .unwrap();
+    let hit = everywhere
+        .results
+        .iter()
+        .find(|h| h.finding.finding_id == past.finding_id)
+        .expect("the closed room's finding is found");
+    assert_eq!(hit.finding.room_id, old.id);
+    let label = hit.room.as_ref().expect("each result names its room");
+    assert_eq!(label.status, RoomStatus::Closed);
+    assert_eq!(label.resolution.as_deref(), Some("reverted deploy 4471"));
+    assert!(everywhere.results.iter().all(|h| h.room.is_some()));
+    assert!(everywhere.rooms_searched.unwrap() >= 2);
+    assert_eq!(everywhere.rooms_not_searched, Some(0));
+    let tagged = macp
+        .search_findings(
+            &now.who,
+            SearchFindings {
+                tags: vec!["triage".into()],
+                ..SearchFindings::new(now.id, "HikariPool connection timeout").all_rooms()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        tagged.results.iter().all(|h| h.finding.finding_id != past.finding_id),
+        "filters hold across rooms"
+    );
+}
