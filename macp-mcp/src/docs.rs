@@ -39,8 +39,12 @@ pub const LIST_ROOMS: &str = "List rooms, newest first: status \"active\" (defau
 limit and cursor (pass back next_cursor).";
 
 /// `get_room_summary`.
-pub const GET_ROOM_SUMMARY: &str = "A compact status of a room: how many agents are active / idle / blocked, how many \
-findings, entities, relationships and artifacts, findings per tag, and the time of the latest activity.";
+pub const GET_ROOM_SUMMARY: &str = "A compact status of a room: open decisions, how many agents are active / idle / \
+blocked / done / stale, how many findings, entities, relationships and artifacts, findings per tag, the time of the \
+latest activity, and the room's markers, objective history and resolution. With since (RFC 3339) or since_marker (m1, \
+m2, …) it adds a digest, the standup: per agent what it found (by tag, latest first), status changes, claims, decisions \
+asked and answered, new entities and phases since then, each list bounded with its exact total. Use it when you come \
+back to a room or hand over.";
 
 /// `get_room_context`.
 pub const GET_ROOM_CONTEXT: &str = "Orient yourself in a room in one call: the objective, the most recent findings (long \

@@ -16,8 +16,8 @@ use macp_core::service::{
     AddEntity, AddRelationship, AnswerDecision, ArtifactOutcome, ArtifactPage, AskDecision, ClaimResult,
     ClaimWork, CloseRoom, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
     GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
-    RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomRef, RoomSummary,
-    SearchFindings, SearchResults, SteerRoom, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomSummary, SearchFindings,
+    SearchResults, SteerRoom, SummaryQuery, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -328,15 +328,15 @@ impl MacpMcp {
         done(self.macp.list_rooms(&who, parse(args)?).await)
     }
 
-    #[tool(description = docs::GET_ROOM_SUMMARY, output_schema = output::<RoomSummary>(), input_schema = input::<RoomRef>())]
+    #[tool(description = docs::GET_ROOM_SUMMARY, output_schema = output::<RoomSummary>(), input_schema = input::<SummaryQuery>())]
     async fn get_room_summary(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
     ) -> ToolResult<RoomSummary> {
         let who = self.who(&ctx)?;
-        let r: RoomRef = parse(args)?;
-        done(self.macp.room_summary(&who, r.room_id).await)
+        let q: SummaryQuery = parse(args)?;
+        done(self.macp.room_summary(&who, q).await)
     }
 
     #[tool(description = docs::GET_ROOM_CONTEXT, output_schema = output::<RoomContext>(), input_schema = input::<ContextQuery>())]

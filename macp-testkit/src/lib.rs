@@ -250,6 +250,7 @@ macro_rules! conformance_tests {
             verdicts_give_a_finding_its_standing_everywhere,
             findings_about_an_entity_include_merged_aliases,
             an_entity_is_found_by_identifier_without_creating_it,
+            a_digest_since_a_marker_is_bounded_with_exact_totals,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,

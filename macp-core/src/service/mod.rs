@@ -23,6 +23,7 @@ mod artifacts;
 mod claims;
 mod context;
 mod decisions;
+mod digest;
 mod entities;
 mod events;
 mod findings;
@@ -46,6 +47,9 @@ pub use context::{
     ContextAgents, ContextEntities, ContextEntity, ContextFinding, ContextFindings, ContextQuery, RoomContext,
 };
 pub use decisions::{AnswerDecision, AskDecision, MAX_DECISION_OPTIONS};
+pub use digest::{
+    AgentDigest, DIGEST_ITEMS, DigestEvents, DigestFinding, MAX_DIGEST_FINDINGS, RoomDigest, SummaryQuery,
+};
 pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
@@ -54,7 +58,7 @@ pub use events::{RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{
     AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,
-    RoomFilter, RoomPage, RoomRef, RoomSummary, SteerRoom,
+    RoomFilter, RoomPage, RoomSummary, SteerRoom,
 };
 pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::digest::{RoomDigest, SummaryQuery};
 use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
@@ -84,23 +85,6 @@ impl JoinRoom {
     pub fn agent_type(mut self, agent_type: impl Into<String>) -> Self {
         self.agent_type = Some(agent_type.into());
         self
-    }
-}
-
-/// A request about one room and nothing else: `close_room`, `get_room_summary`,
-/// `get_room_context`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-#[serde(deny_unknown_fields)]
-pub struct RoomRef {
-    /// The room.
-    pub room_id: RoomId,
-}
-
-impl RoomRef {
-    /// The room `room_id`.
-    pub fn new(room_id: RoomId) -> Self {
-        Self { room_id }
     }
 }
 
@@ -351,6 +335,9 @@ pub struct RoomSummary {
     pub tag_counts: BTreeMap<String, u64>,
     /// The latest of: last finding, last agent activity, room creation or closing.
     pub latest_activity: Timestamp,
+    /// What happened since `since` or `since_marker`, when asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<RoomDigest>,
 }
 
 impl Macp {
@@ -687,7 +674,13 @@ impl Macp {
     }
 
     /// Aggregated status of a room: agents by declared status, counts, latest activity.
-    pub async fn room_summary(&self, _who: &Principal, room_id: RoomId) -> Result<RoomSummary> {
+    pub async fn room_summary(&self, _who: &Principal, q: impl Into<SummaryQuery>) -> Result<RoomSummary> {
+        let q = q.into();
+        let room_id = q.room_id;
+        let digest = match (q.since, &q.since_marker) {
+            (None, None) => None,
+            (since, marker) => Some(self.room_digest(room_id, since, marker.as_deref()).await?),
+        };
         let store = &self.inner.store;
         // Independent reads, at once (each is a round trip on a networked store).
         let (room, agents, findings, entities, artifact_count, open_decisions) = tokio::try_join!(
@@ -714,6 +707,7 @@ impl Macp {
             tag_counts: findings.tag_counts,
             latest_activity,
             room,
+            digest,
         })
     }
 

@@ -350,3 +350,107 @@ pub async fn findings_about_an_entity_include_merged_aliases(backend: Backend) {
         "not_found",
     );
 }
+
+/// The digest since a marker (or a time): per agent what it found by tag, statuses, claims,
+/// decisions asked and answered, new entities and phases; each list bounded, every total exact,
+/// and a cursor to read the rest of a cut list through the feed.
+pub async fn a_digest_since_a_marker_is_bounded_with_exact_totals(backend: Backend) {
+    use macp_core::model::{AgentStatus, EventKind};
+    use macp_core::service::{
+        AnswerDecision, AskDecision, ClaimWork, DIGEST_ITEMS, DeclareStatus, SummaryQuery,
+    };
+    let f = Fixture::new(&backend).await;
+    f.post("before the phase", &["triage"]).await;
+    f.clock.advance_ms(5);
+    f.macp
+        .steer_room(
+            &f.alice,
+            SteerRoom { marker: Some("root cause".into()), ..SteerRoom::new(f.room) },
+            Channel::Person,
+        )
+        .await
+        .unwrap();
+    f.clock.advance_ms(5);
+    for (c, t) in [
+        ("pool at 10", "evidence"),
+        ("pool at 20 before", "evidence"),
+        ("deploy 4471 halved it", "root-cause"),
+    ] {
+        f.post(c, &[t]).await;
+        f.clock.advance_ms(1);
+    }
+    let n_status = DIGEST_ITEMS + 6;
+    for i in 0..n_status {
+        let s = if i % 2 == 0 { AgentStatus::Idle } else { AgentStatus::Active };
+        f.macp.declare_status(&f.bob, DeclareStatus::new(f.room, f.b.clone(), s)).await.unwrap();
+        f.clock.advance_ms(1);
+    }
+    f.macp.claim_work(&f.bob, ClaimWork::new(f.room, f.b.clone(), "checking the deploy")).await.unwrap();
+    f.entity("orders-db", "hostname", "orders-db.prod").await;
+    let d = f
+        .macp
+        .ask_decision(&f.alice, AskDecision::new(f.room, f.a.clone(), "Revert deploy 4471?"))
+        .await
+        .unwrap();
+    f.clock.advance_ms(1);
+    f.macp
+        .answer_decision(
+            &f.bob,
+            AnswerDecision {
+                room_id: f.room,
+                decision_id: d.decision_id,
+                answer: "yes".into(),
+                agent_id: None,
+            },
+            Channel::Person,
+        )
+        .await
+        .unwrap();
+
+    let summary = f.macp.room_summary(&f.alice, SummaryQuery::since_marker(f.room, "m1")).await.unwrap();
+    let dg = summary.digest.expect("a digest when asked");
+    assert_eq!(dg.since_marker.as_deref(), Some("m1"));
+    assert_eq!(dg.agents.len(), 1, "only agents that posted in the window");
+    assert_eq!(dg.agents[0].agent_id, f.a);
+    assert_eq!(dg.agents[0].findings, 3, "the finding before the marker is not counted");
+    assert_eq!(dg.agents[0].by_tag.get("evidence"), Some(&2));
+    assert_eq!(dg.agents[0].by_tag.get("root-cause"), Some(&1));
+    assert_eq!(dg.agents[0].latest[0].preview, "deploy 4471 halved it", "latest first");
+    assert_eq!(dg.statuses.total, n_status as u64, "exact total");
+    assert_eq!(dg.statuses.items.len(), DIGEST_ITEMS, "bounded list");
+    let rest = f
+        .macp
+        .updates(
+            &f.alice,
+            UpdatesQuery::new(f.room)
+                .cursor(dg.statuses.next_cursor.clone())
+                .kinds([EventKind::StatusDeclared]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rest.events.len(), 6, "the feed continues the cut list exactly");
+    assert_eq!(dg.claims.total, 1);
+    assert_eq!(dg.entities.total, 1);
+    assert_eq!(dg.decisions_asked.len(), 1);
+    assert_eq!(dg.decisions_answered.len(), 1);
+    assert_eq!(dg.phases.len(), 1);
+    assert_eq!(dg.changes.get(&EventKind::FindingPosted), Some(&3));
+
+    // A time works the same; a window after everything is empty; bad input is refused.
+    f.clock.advance_ms(1);
+    let later = f.clock_now();
+    let empty =
+        f.macp.room_summary(&f.alice, SummaryQuery::since(f.room, later)).await.unwrap().digest.unwrap();
+    assert!(empty.agents.is_empty() && empty.changes.is_empty(), "{empty:?}");
+    expect_code(f.macp.room_summary(&f.alice, SummaryQuery::since_marker(f.room, "m7")).await, "not_found");
+    expect_code(
+        f.macp
+            .room_summary(
+                &f.alice,
+                SummaryQuery { since: Some(later), since_marker: Some("m1".into()), room_id: f.room },
+            )
+            .await,
+        "invalid_input",
+    );
+    assert!(f.macp.room_summary(&f.alice, f.room).await.unwrap().digest.is_none());
+}
