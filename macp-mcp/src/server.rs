@@ -97,7 +97,11 @@ fn parse<T: DeserializeOwned>(args: JsonObject) -> Result<T, CallToolResult> {
 fn input<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     let mut s = rmcp::handler::server::tool::schema_for_input::<T>()
         .unwrap_or_else(|e| panic!("tool input schema must be an object: {e}"));
-    strip_numeric_formats(Arc::make_mut(&mut s));
+    let o = Arc::make_mut(&mut s);
+    strip_numeric_formats(o);
+    // Every input schema is a 2020-12 object schema (MCP's default dialect): saying so in each
+    // costs every prompt bytes and tells no one anything.
+    o.remove("$schema");
     s
 }
 
@@ -128,7 +132,41 @@ fn output<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     }
     s.insert("anyOf".into(), serde_json::json!([{"required": required}, {"required": ["error"]}]));
     strip_numeric_formats(&mut s);
+    slim_output(&mut s);
     Arc::new(s)
+}
+
+/// Output schemas describe what the server returns, not what a caller must send: validation
+/// keywords (patterns, lengths, bounds, formats) tell a reader nothing, and an enum's values
+/// are listed plainly instead of one described `const` each. Every tool schema is in every
+/// agent prompt (BENCHMARKS.md, "What agents pay per prompt"); field descriptions stay.
+fn slim_output(o: &mut JsonObject) {
+    for k in ["$schema", "pattern", "maxLength", "minLength", "minimum", "maximum", "format"] {
+        // A property may be *named* like a keyword (a finding's `format`…): only drop values
+        // that are keywords, which are never objects.
+        if o.get(k).is_some_and(|v| !v.is_object()) {
+            o.remove(k);
+        }
+    }
+    let plain_enum = o.get("oneOf").and_then(|v| v.as_array()).and_then(|alts| {
+        alts.iter().map(|a| a.get("const").and_then(|c| c.as_str()).map(str::to_owned)).collect::<Option<Vec<_>>>()
+    });
+    if let Some(values) = plain_enum {
+        o.remove("oneOf");
+        o.insert("type".into(), serde_json::json!("string"));
+        o.insert("enum".into(), serde_json::json!(values));
+    }
+    for v in o.values_mut() {
+        match v {
+            serde_json::Value::Object(m) => slim_output(m),
+            serde_json::Value::Array(a) => {
+                for x in a.iter_mut().filter_map(|x| x.as_object_mut()) {
+                    slim_output(x);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Drops schemars' `uint64`-style formats: they are not JSON Schema formats, and validating

@@ -481,3 +481,20 @@ async fn skill_md_is_served_as_prompts() {
         assert!(text.contains("Never paste secrets"), "{p} carries the rules");
     }
 }
+
+/// Agents pay for every tool schema in every prompt: `tools/list` may grow by at most half over
+/// the 100,001 bytes it had before the coordination features (BENCHMARKS.md, "What agents pay
+/// per prompt"). Counted as compact JSON of the listed tools, as a client receives them.
+#[tokio::test]
+async fn tools_list_stays_within_its_byte_budget() {
+    let with_artifacts = Macp::builder()
+        .store(Arc::new(MemoryStore::new()))
+        .blob_store(Arc::new(macp_core::blob::MemoryBlobStore::new()))
+        .build()
+        .unwrap();
+    let c = connect(&with_artifacts, "alice").await;
+    let tools = c.list_all_tools().await.unwrap();
+    let bytes = serde_json::to_vec(&tools).unwrap().len();
+    println!("tools/list: {} tools, {bytes} bytes", tools.len());
+    assert!(bytes <= 150_001, "tools/list is {bytes} bytes; the budget is 150,001 (100,001 + half)");
+}
