@@ -21,8 +21,18 @@ findings are posted in their recorded order by four concurrent processes. Each a
 Along the way: raj attaches the thread dump behind f034 as an artifact (presigned PUT, then
 register_artifact); raj and mo first know payflow by different identifiers (its API host, its
 status page), so the room holds two payflow entities until mo, at f043, names both identifiers
-and merges them. Then a late joiner, zoe, orients from get_room_context alone and posts a
-follow-up that references the incident's service and the commit behind it.
+and merges them.
+
+Then the team coordinates, as SKILL.md teaches, through the same MCP clients and a person at the
+command line (`macp`, on the server's data directory: --macp, --data-dir): the incident
+commander (ana, the person) marks the phase ("mitigation done, root cause next"); raj offers a
+hypothesis; li claims testing it, and mo, claiming the same work, gets a conflict naming li; li
+refutes it with evidence in its thread, mentioning raj, who finds the refutation in his feed
+(about_me) and answers in the thread; mo asks the people whether to roll back PR #8870, and ana
+answers on the command line (recorded as a person's answer); li releases the claim.
+
+Then a late joiner, zoe, orients from get_room_context alone and posts a follow-up that
+references the incident's service and the commit behind it.
 
 Prints one JSON line: the room id and what each agent did (the end-to-end test,
 tests/e2e/replay_e2e.py, checks the record against it). With --tokens FILE (JSON
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -259,6 +270,80 @@ async def agent_main(url: str, room: str, me: str, eval_set: str, token: str | N
 
 
 # ------------------------------------------------------------------------------------------------
+# Coordination: a phase, a hypothesis refuted in its thread, a claim conflict, a mention, and a
+# decision a person answers
+
+
+COMMANDER = "ana"  # the person running the incident, at the command line
+PHASE = "mitigation done, root cause next"
+HYPOTHESIS = ("Hypothesis: the 5xx spike came from payflow rotating its TLS certificate at 14:00 UTC "
+              "(handshake failures between payments-gateway and api.payflow.com).")
+REFUTATION = ("Refuted: payments-gateway logs no TLS handshake failure 13:50-14:30 UTC, and payflow's "
+              "certificate was rotated on the 9th, not today.")
+ACK = "Agreed, dropping the TLS line; back on the connection pool."
+QUESTION = "Roll back PR #8870 (pool size change) now?"
+
+
+def person(macp: str, data_dir: str | None, *args: str) -> str:
+    """A person's own command on the server's data directory: recorded as a person's act."""
+    cmd = [macp, *(["--data-dir", data_dir] if data_dir else []), "--embedder", "none", *args,
+           "--local-user", COMMANDER]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise Failure(f"{' '.join(args[:2])} failed: {r.stderr.strip()[-800:]}")
+    return r.stdout
+
+
+async def coordinate(url: str, room: str, tokens: dict, macp: str, data_dir: str | None) -> dict:
+    out: dict = {}
+    person(macp, data_dir, "steer", room, "--marker", PHASE)
+    async with contextlib.AsyncExitStack() as stack:
+        c = {}
+        for a in AGENTS:
+            http, client = connect(url, tokens.get(a))
+            await stack.enter_async_context(http)
+            c[a.removeprefix("agent-")] = await stack.enter_async_context(client)
+        for name, client in c.items():
+            await call(client, "join_room", {"room_id": room, "agent_id": name, "agent_type": "replay-python-mcp"})
+        ctx = await call(c["raj"], "get_room_context", {"room_id": room})
+        out["phase"] = ctx.get("phase")
+        hyp = await call(c["raj"], "post_finding", {
+            "room_id": room, "content": HYPOTHESIS, "tags": ["hypothesis"], "hypothesis": True,
+            "idempotency_key": "replay-coord-hypothesis"})
+        out["hypothesis"] = hyp["finding"]["finding_id"]
+        subject = "testing the payflow TLS rotation hypothesis"
+        claim = await call(c["li"], "claim_work", {"room_id": room, "subject": subject, "minutes": 30})
+        out["claim"] = claim["claim"]
+        clash = await c["mo"].call_tool("claim_work", {"room_id": room, "subject": subject.upper()})
+        if not clash.is_error:
+            raise Failure("a second claim on the same work was accepted")
+        out["conflict"] = clash.structured_content["error"]
+        ref = await call(c["li"], "post_finding", {
+            "room_id": room, "content": REFUTATION, "tags": ["dead-end"], "reply_to": out["hypothesis"],
+            "verdict": "refutes", "mentions": ["raj"],
+            "evidence": [{"kind": "log", "ref": "kubectl logs -n payments deploy/payments-gateway --since=2h | grep -c handshake",
+                          "description": "0 handshake failures"}],
+            "idempotency_key": "replay-coord-refutation"})
+        out["refutation"] = ref["finding"]["finding_id"]
+        mine = await call(c["raj"], "get_updates", {"room_id": room, "about_me": True, "cursor": ctx["cursor"]})
+        out["raj_about_me"] = [f["finding_id"] for f in mine["findings"]]
+        ack = await call(c["raj"], "post_finding", {
+            "room_id": room, "content": ACK, "reply_to": out["refutation"], "idempotency_key": "replay-coord-ack"})
+        out["ack"] = ack["finding"]["finding_id"]
+        asked = await call(c["mo"], "ask_decision", {
+            "room_id": room, "question": QUESTION, "options": ["yes, now", "no, wait for the fix"],
+            "urgency": "high"})
+        out["decision"] = asked["decision_id"]
+        person(macp, data_dir, "decide", room, asked["decision_id"], "yes, now")
+        seen = await call(c["mo"], "get_updates", {"room_id": room, "cursor": ctx["cursor"], "kinds": ["decision_answered"]})
+        out["mo_saw_answer"] = [e["summary"] for e in seen["events"]]
+        await call(c["li"], "claim_work", {"room_id": room, "subject": subject, "release": True})
+        for client in c.values():
+            await call(client, "declare_status", {"room_id": room, "status": "idle", "reason": "coordination done"})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # The late joiner: orients from the context alone
 
 
@@ -311,6 +396,8 @@ def main() -> None:
     ap.add_argument("--url", default="http://127.0.0.1:8765/mcp", help="the server's MCP endpoint")
     ap.add_argument("--eval-set", default=os.environ.get("MACP_EVAL_SET", DEFAULT_EVAL_SET))
     ap.add_argument("--tokens", help='JSON file {"agent-ana": "<jwt>", ...}: each agent\'s bearer token')
+    ap.add_argument("--macp", default="macp", help="the macp binary, for the person's own commands")
+    ap.add_argument("--data-dir", help="the server's data directory (default: macp's)")
     args = ap.parse_args()
     tokens = json.load(open(args.tokens)) if args.tokens else {}
     try:
@@ -337,8 +424,10 @@ def main() -> None:
             failed.append(f"{a}: stopped" + ("" if failed else " (timed out)"))
         if failed:
             raise Failure("agent processes failed:\n  " + "\n  ".join(failed))
+        coordination = asyncio.run(coordinate(args.url, room, tokens, args.macp, args.data_dir))
         late = asyncio.run(late_joiner(args.url, room, tokens.get(LATE_JOINER)))
-        print(json.dumps({"room_id": room, "seconds": round(time.monotonic() - t0, 2), "agents": agents, "late_joiner": late}))
+        print(json.dumps({"room_id": room, "seconds": round(time.monotonic() - t0, 2), "agents": agents,
+                          "coordination": coordination, "late_joiner": late}))
     except Failure as e:
         print(f"replay failed: {e}", file=sys.stderr)
         sys.exit(1)

@@ -174,12 +174,14 @@ pub(crate) struct Shared {
 }
 
 /// What the store keeps in memory, kept current by the writer after each commit (in commit
-/// order). A [`SqliteStore`] is the only writer of its database (the data directory lock sees
-/// to it between processes), so these never miss a write.
+/// order). A [`SqliteStore`] serving agents is the only writer of what these hold (the data
+/// directory lock sees to it between servers); the one exception, a person's `macp` command
+/// changing a room directly, is why rooms are re-read after a short time.
 #[derive(Default)]
 pub(crate) struct Caches {
-    /// Rooms read or written: every call reads its room, every write checks it is active.
-    pub(crate) rooms: Mutex<HashMap<RoomId, Room>>,
+    /// Rooms read or written, and when: every call reads its room, every write checks it is
+    /// active.
+    pub(crate) rooms: Mutex<HashMap<RoomId, (Room, std::time::Instant)>>,
     /// Agent sessions read or written: every write checks its agent.
     pub(crate) agents: Mutex<HashMap<(RoomId, AgentId), AgentSession>>,
     /// Keyword indexes of the rooms searched.

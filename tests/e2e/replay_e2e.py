@@ -10,7 +10,10 @@ its user; agents converged on one entity per identifier; the payflow duplicate m
 id resolving to the survivor; the graph around checkout-api connected as the findings state;
 the thread dump downloadable with the bytes uploaded; the late joiner's follow-up referencing
 checkout-api and commit 7f3c2a1, and polling from its context cursor returning only that
-follow-up; and after close + restart: the room closed, refusing writes, and still fully
+follow-up; the coordination (a phase marked by a person on the command line, a hypothesis
+refuted in its thread with evidence, a claim conflict naming the holder, a mention reaching its
+agent, a decision answered by a person and recorded as such, the digest since the marker); and
+after close + restart: the room closed, refusing writes, and still fully
 readable (context, timeline, search, graph, artifact download).
 """
 from __future__ import annotations
@@ -65,7 +68,9 @@ async def check_record(url: str, token: str, result: dict, script: list[dict], *
         # Every finding once, in the record's order, attributed.
         found = await all_findings(c, room)
         ids = [f["finding_id"] for f in found]
-        expect(len(ids) == len(set(ids)) == len(script) + 1, f"{len(ids)} findings ({len(set(ids))} distinct), want {len(script) + 1}")
+        extra = 1 + COORDINATION_FINDINGS
+        expect(len(ids) == len(set(ids)) == len(script) + extra,
+               f"{len(ids)} findings ({len(set(ids))} distinct), want {len(script) + extra}")
         expect([f["seq"] for f in found] == list(range(1, len(found) + 1)), "timeline in commit order without gaps")
         for want, got in zip(script, found):
             who = agents[want["agent"]]
@@ -117,14 +122,15 @@ async def check_record(url: str, token: str, result: dict, script: list[dict], *
         commit = next(iter(canonical["commit 7f3c2a1"]))
         expect(set(late["refs"]) == {checkout, commit}, f"follow-up refs {late['refs']}")
         expect(late["updates_after_context"] == [late["finding"]], "polling from the context cursor: only the follow-up")
-        expect(late["context_total"] == len(script), f"the context counted {late['context_total']}")
+        expect(late["context_total"] == len(script) + COORDINATION_FINDINGS, f"the context counted {late['context_total']}")
+        await check_coordination(c, room, result["coordination"], late["finding"])
 
         # Search still finds by words and by meaning.
         hits = await call(c, "search_findings", {"room_id": room, "query": "HikariPool connection is not available", "limit": 3})
         f003 = agents["agent-li"]["posted"]["f003"]
         expect(f003 in [h["finding"]["finding_id"] for h in hits["results"]], "keyword search finds f003")
         ctx = await call(c, "get_room_context", {"room_id": room})
-        expect(ctx["findings"]["total"] == len(script) + 1, f"context total {ctx['findings']['total']}")
+        expect(ctx["findings"]["total"] == len(script) + extra, f"context total {ctx['findings']['total']}")
         expect(ctx["room"]["status"] == ("closed" if closed else "active"), f"room status {ctx['room']['status']}")
         statuses = {a["agent_id"]: a["agent_status"] for a in ctx["agents"]["items"]}
         expect(set(statuses.values()) == {"idle"} and len(statuses) == 5, f"statuses {statuses}")
@@ -132,6 +138,56 @@ async def check_record(url: str, token: str, result: dict, script: list[dict], *
             err = await c.call_tool("post_finding", {"room_id": room, "agent_id": "ana", "content": "too late"})
             expect(err.is_error and "room_closed" in err.content[0].text, "a closed room refuses writes")
         return {"findings": len(found), "entities": ctx["entities"]["total"], "relationships": ctx["entities"]["relationship_total"]}
+
+
+COORDINATION_FINDINGS = 3  # the hypothesis, its refutation, and the answer in its thread
+
+
+async def check_coordination(c, room: str, co: dict, follow_up: str) -> None:
+    """The coordination episode, as the record and every read path show it."""
+    phase = co["phase"]
+    expect(phase and phase["marker_id"] == "m1" and phase["label"] == replay.PHASE, f"phase {phase}")
+    expect(phase["by"]["channel"] == "person" and "agent_id" not in phase["by"] and phase["by"]["user_id"] == "ana",
+           f"the marker is the person's: {phase['by']}")
+    conflict = co["conflict"]
+    expect(conflict["code"] == "conflict" and "`li`" in conflict["message"], f"claim conflict {conflict}")
+    expect(co["claim"]["agent_id"] == "li", f"li holds the claim {co['claim']}")
+    expect(co["raj_about_me"] == [co["refutation"]], f"raj's feed about him: {co['raj_about_me']}")
+    thread = await call(c, "get_timeline", {"room_id": room, "thread": co["hypothesis"]})
+    got = [f["finding_id"] for f in thread["findings"]]
+    expect(got == [co["hypothesis"], co["refutation"]], f"the hypothesis's thread {got}")
+    hyp = thread["findings"][0]
+    expect(hyp.get("hypothesis") is True, "marked a hypothesis")
+    st = hyp.get("standing") or {}
+    expect(st.get("verdict") == "refutes" and st.get("by") == co["refutation"] and st.get("agent_id") == "li",
+           f"the hypothesis stands refuted by li's finding: {st}")
+    reply = await call(c, "get_timeline", {"room_id": room, "thread": co["refutation"]})
+    expect([f["finding_id"] for f in reply["findings"]] == [co["refutation"], co["ack"]], "raj answered in the thread")
+    hits = await call(c, "search_findings", {"room_id": room, "query": "payflow TLS certificate rotation", "limit": 5})
+    found = {h["finding"]["finding_id"]: h["finding"] for h in hits["results"]}
+    expect(co["hypothesis"] in found and (found[co["hypothesis"]].get("standing") or {}).get("verdict") == "refutes",
+           "search shows the hypothesis as refuted")
+    phase_only = await call(c, "get_timeline", {"room_id": room, "after_marker": "m1"})
+    expect([f["finding_id"] for f in phase_only["findings"]] == [co["hypothesis"], co["refutation"], co["ack"], follow_up],
+           "the timeline from the marker holds the phase's findings")
+    expect(co["mo_saw_answer"], "mo saw the answer in its feed")
+    s = await call(c, "get_room_summary", {"room_id": room, "since_marker": "m1"})
+    expect(not s["open_decisions"], f"no decision left open: {s['open_decisions']}")
+    d = s["digest"]
+    answered = d["decisions_answered"]
+    expect(len(answered) == 1 and answered[0]["decision_id"] == co["decision"], f"answered {answered}")
+    ans = answered[0]["answer"]
+    expect(ans["channel"] == "person" and "agent_id" not in ans and ans["user_id"] == "ana" and ans["text"] == "yes, now",
+           f"answered by the person herself: {ans}")
+    expect(d["claims"]["total"] == 2, f"claimed then released: {d['claims']}")
+    expect([p["marker_id"] for p in d["phases"]] == ["m1"], f"phases {d['phases']}")
+    by_agent = {a["agent_id"]: a for a in d["agents"]}
+    expect(by_agent["li"]["by_tag"] == {"dead-end": 1} and by_agent["raj"]["findings"] == 2, f"digest agents {d['agents']}")
+    ctx = await call(c, "get_room_context", {"room_id": room})
+    shown = {f["finding_id"]: f for f in ctx["findings"]["items"]}
+    if co["hypothesis"] in shown:
+        expect(shown[co["hypothesis"]].get("standing") == "refutes", "the context shows the standing")
+    expect(ctx.get("phase", {}).get("marker_id") == "m1", "the context names the current phase")
 
 
 def main() -> None:
@@ -157,7 +213,8 @@ def main() -> None:
         proc, url = mcp_e2e.start_server(args.macp, data, server_args, {})
         try:
             run = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "replay_investigation.py"),
-                                  "--url", url, "--eval-set", args.eval_set, "--tokens", spec],
+                                  "--url", url, "--eval-set", args.eval_set, "--tokens", spec,
+                                  "--macp", args.macp, "--data-dir", data],
                                  capture_output=True, text=True, timeout=900)
             expect(run.returncode == 0, f"the replay failed: {run.stderr.strip()[-2000:]}")
             result = json.loads(run.stdout.strip().splitlines()[-1])

@@ -1,5 +1,7 @@
 //! Rooms.
 
+use std::time::{Duration, Instant};
+
 use async_trait::async_trait;
 use macp_core::model::{Event, Marker, ObjectiveChange, Resolution, Room, RoomStatus, VisibilityMode};
 use macp_core::store::{RoomKey, RoomStore};
@@ -11,6 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::db::*;
 use crate::store::append_event;
 use crate::writer::Sync;
+
+/// How long a room read from the database is served from memory. This store's own writes
+/// update the cache as they commit; the TTL bounds how long a change made by another process
+/// (a person's `macp steer` / `macp close` on the same database while a server runs) takes to
+/// be seen: a post racing such a close is like one racing a close through the server.
+const ROOM_CACHE_TTL: Duration = Duration::from_secs(1);
 
 // ---------------------------------------------------------------------------------------------
 // Row mapping. Each SELECT list below matches one `*_from_row` function.
@@ -89,7 +97,7 @@ impl RoomStore for SqliteStore {
                 }
             })?;
             fx.then(move |caches| {
-                lock(&caches.rooms).insert(room.room_id, room);
+                lock(&caches.rooms).insert(room.room_id, (room, Instant::now()));
             });
             Ok(())
         })
@@ -97,7 +105,9 @@ impl RoomStore for SqliteStore {
     }
 
     async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>> {
-        if let Some(r) = lock(&self.inner.caches.rooms).get(&room_id) {
+        if let Some((r, at)) = lock(&self.inner.caches.rooms).get(&room_id)
+            && at.elapsed() < ROOM_CACHE_TTL
+        {
             return Ok(Some(r.clone()));
         }
         let room = self
@@ -107,8 +117,12 @@ impl RoomStore for SqliteStore {
             })
             .await?;
         if let Some(r) = &room {
-            // Never over a newer row a write put there meanwhile (the writer inserts after commit).
-            lock(&self.inner.caches.rooms).entry(room_id).or_insert_with(|| r.clone());
+            // Never over a newer record a write put there meanwhile (the writer inserts after
+            // commit): versions only move forward.
+            let mut rooms = lock(&self.inner.caches.rooms);
+            if rooms.get(&room_id).is_none_or(|(cached, _)| cached.version <= r.version) {
+                rooms.insert(room_id, (r.clone(), Instant::now()));
+            }
         }
         Ok(room)
     }
@@ -134,6 +148,12 @@ impl RoomStore for SqliteStore {
             )
             .map_err(sql_err)?;
             if changed == 0 {
+                // Changed by someone else (a person's `macp` command on the same database):
+                // the retry must read it afresh.
+                let stale = room.room_id;
+                fx.then(move |caches| {
+                    lock(&caches.rooms).remove(&stale);
+                });
                 let exists = row(c, "SELECT 1 FROM rooms WHERE room_id = ?", params![id], |r| r.get::<_, i64>(0))
                     .optional()
                     .map_err(sql_err)?;
@@ -144,7 +164,7 @@ impl RoomStore for SqliteStore {
             }
             append_event(c, room.room_id, &event)?;
             fx.then(move |caches| {
-                lock(&caches.rooms).insert(room.room_id, room);
+                lock(&caches.rooms).insert(room.room_id, (room, Instant::now()));
             });
             Ok(true)
         })
