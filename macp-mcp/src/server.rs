@@ -149,7 +149,9 @@ fn slim_output(o: &mut JsonObject) {
         }
     }
     let plain_enum = o.get("oneOf").and_then(|v| v.as_array()).and_then(|alts| {
-        alts.iter().map(|a| a.get("const").and_then(|c| c.as_str()).map(str::to_owned)).collect::<Option<Vec<_>>>()
+        alts.iter()
+            .map(|a| a.get("const").and_then(|c| c.as_str()).map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
     });
     if let Some(values) = plain_enum {
         o.remove("oneOf");

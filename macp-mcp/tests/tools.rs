@@ -479,6 +479,15 @@ async fn skill_md_is_served_as_prompts() {
         assert!(text.contains("r-42"), "{p} names the room");
         assert!(text.contains(macp_mcp::docs::skill_section("The loop")), "{p} carries SKILL.md's loop");
         assert!(text.contains("Never paste secrets"), "{p} carries the rules");
+        // When to claim, when to ask the people, how to pass a verdict.
+        for lesson in [
+            "**When to claim**",
+            "**When to ask**",
+            "**When to pass a verdict**",
+            "\"verdict\": \"confirms\"",
+        ] {
+            assert!(text.contains(lesson), "{p} teaches {lesson}");
+        }
     }
 }
 

@@ -243,6 +243,7 @@ macro_rules! conformance_tests {
             an_unknown_room_has_no_feed,
             one_of_sixteen_concurrent_claimers_holds_the_work,
             claims_renew_release_and_lapse,
+            a_person_releases_an_agents_stale_claim,
             decisions_wait_for_the_people_and_record_who_answered,
             objective_history_and_phase_markers_are_kept,
             close_with_resolution_then_reopen,
@@ -419,6 +420,7 @@ mod tests {
             include_str!("cases/events.rs"),
             include_str!("cases/claims.rs"),
             include_str!("cases/decisions.rs"),
+            include_str!("cases/steering.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

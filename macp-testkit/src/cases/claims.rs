@@ -121,3 +121,37 @@ pub async fn claims_renew_release_and_lapse(backend: Backend) {
     use EventKind::{ClaimReleased as R, WorkClaimed as C};
     assert_eq!(kinds, vec![C, C, C, R, C], "claim, renewal, takeover, release, claim");
 }
+
+/// A person releases a claim an agent holds and left (gone stale): the work is free for
+/// another agent, and the release, made by no agent, counts as a person acting in the room.
+pub async fn a_person_releases_an_agents_stale_claim(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    f.macp
+        .claim_work(&f.alice, ClaimWork::new(f.room, f.a.clone(), "checking the orders-db failover"))
+        .await
+        .unwrap();
+    expect_code(
+        f.macp
+            .claim_work(&f.bob, ClaimWork::new(f.room, f.b.clone(), "checking the orders-db failover"))
+            .await,
+        "conflict",
+    );
+    let released =
+        f.macp.release_claim_as_person(&f.bob, f.room, "Checking the  orders-db failover").await.unwrap();
+    assert_eq!(released.agent_id, f.a, "the holder's claim, released");
+    assert!(released.released_at.is_some());
+    let taken = f
+        .macp
+        .claim_work(&f.bob, ClaimWork::new(f.room, f.b.clone(), "checking the orders-db failover"))
+        .await;
+    assert_eq!(taken.unwrap().claim.agent_id, f.b, "the work is free again");
+    let events = f
+        .macp
+        .updates(&f.alice, UpdatesQuery::new(f.room).kinds([EventKind::ClaimReleased]))
+        .await
+        .unwrap()
+        .events;
+    assert_eq!(events.len(), 1);
+    assert!(events[0].agent_id.is_none() && events[0].by_person(), "released by a person: {:?}", events[0]);
+    expect_code(f.macp.release_claim_as_person(&f.bob, f.room, "nothing like this").await, "not_found");
+}
