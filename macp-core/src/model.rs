@@ -174,6 +174,9 @@ pub struct Room {
     /// How the investigation ended, when it was closed with a resolution.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub resolution: Option<Resolution>,
+    /// Resolutions of earlier closes, oldest first, when the room was reopened since.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub past_resolutions: Vec<Resolution>,
     /// The objectives this room had before the current one, oldest first, each with who
     /// replaced it and when.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
@@ -781,8 +784,10 @@ wire_enum!(
     /// close or reopen). Only a person's own tool gives `person`: the MCP server records every
     /// act it takes as an agent's, whatever the agent says.
     Channel {
-        /// A person acted directly (`macp` on the command line, or a web view).
+        /// A person acted directly on the command line (`macp decide`, `macp steer`, …).
         Person = "person",
+        /// A person acted directly in the web view `macp serve` serves at `/`.
+        Web = "web",
         /// An agent acted, or relayed a person's word (through MCP).
         Agent = "agent"
     },

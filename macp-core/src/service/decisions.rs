@@ -133,7 +133,7 @@ impl Macp {
         self.writable_room(req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;
         let agent = match via {
-            Channel::Person => None,
+            Channel::Person | Channel::Web => None,
             Channel::Agent => {
                 Some(self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?.agent_id)
             }
@@ -142,7 +142,7 @@ impl Macp {
         let answer = Answer {
             text: text.clone(),
             user_id: who.user_id.clone(),
-            channel: if agent.is_some() { Channel::Agent } else { Channel::Person },
+            channel: via,
             agent_id: agent.clone(),
             at: now,
         };

@@ -68,6 +68,8 @@ pub struct DigestFinding {
     pub finding_id: FindingId,
     /// Its first characters.
     pub preview: String,
+    /// True when `preview` is the start of a longer finding.
+    pub preview_truncated: bool,
     /// Tags.
     pub tags: Vec<String>,
     /// Its verdict on another finding, if it passes one.
@@ -127,8 +129,12 @@ pub struct RoomDigest {
     pub entities: DigestEvents,
     /// Decisions asked in the window, oldest first (at most [`DIGEST_ITEMS`]).
     pub decisions_asked: Vec<Decision>,
+    /// How many were asked (exact).
+    pub decisions_asked_total: usize,
     /// Decisions answered in the window, oldest answer first (at most [`DIGEST_ITEMS`]).
     pub decisions_answered: Vec<Decision>,
+    /// How many were answered (exact).
+    pub decisions_answered_total: usize,
     /// Phases started in the window.
     pub phases: Vec<Marker>,
     /// Objective changes, closing and reopening.
@@ -144,35 +150,38 @@ impl Macp {
         since_marker: Option<&str>,
     ) -> Result<RoomDigest> {
         let room = self.room(room_id).await?;
-        let since = match (since, since_marker) {
+        // A marker's window holds the findings after its `after_seq`, as the timeline's
+        // `after_marker` does, and the other changes from its time on.
+        let (since, after_seq) = match (since, since_marker) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid("since_marker", "give since or since_marker, not both"));
             }
-            (Some(t), None) => t,
-            (None, Some(m)) => room.marker(m.trim()).map(|m| m.by.at).ok_or_else(|| {
-                Error::not_found_hint(
-                    "marker",
-                    m,
-                    "since_marker takes a marker id (m1, m2, …) from the room's markers",
-                )
-            })?,
+            (Some(t), None) => (t, None),
+            (None, Some(m)) => {
+                room.marker(m.trim()).map(|m| (m.by.at, Some(m.after_seq))).ok_or_else(|| {
+                    Error::not_found_hint(
+                        "marker",
+                        m,
+                        "since_marker takes a marker id (m1, m2, …) from the room's markers",
+                    )
+                })?
+            }
             (None, None) => return Err(Error::invalid("since", "a digest needs since or since_marker")),
         };
         let store = &self.inner.store;
         let start = self.first_event_at(room_id, since).await?;
+        let first_seq = match after_seq {
+            Some(s) => s,
+            None => self.first_finding_at(room_id, since).await?,
+        };
         let changes = store.count_events(room_id, start).await?;
 
         // Findings in the window, per agent and tag: exact, or refused.
         let mut agents: BTreeMap<AgentId, AgentDigest> = BTreeMap::new();
-        let mut after = 0;
+        let mut after = first_seq;
         let mut read = 0usize;
         loop {
-            let page = store
-                .list_findings(
-                    room_id,
-                    &FindingQuery { since: Some(since), ..FindingQuery::after(after, 1000) },
-                )
-                .await?;
+            let page = store.list_findings(room_id, &FindingQuery::after(after, 1000)).await?;
             read += page.len();
             if read > MAX_DIGEST_FINDINGS {
                 return Err(Error::CapacityExceeded {
@@ -201,6 +210,7 @@ impl Macp {
                     DigestFinding {
                         finding_id: f.finding_id,
                         preview: f.content.chars().take(PREVIEW_CHARS).collect(),
+                        preview_truncated: f.content.chars().count() > PREVIEW_CHARS,
                         tags: f.tags.clone(),
                         verdict: f.verdict,
                         standing: f.standing.as_ref().map(|s| s.verdict),
@@ -234,10 +244,12 @@ impl Macp {
         )?;
         let mut decisions_asked: Vec<Decision> =
             decisions.iter().filter(|d| d.asked_at >= since).cloned().collect();
+        let decisions_asked_total = decisions_asked.len();
         decisions_asked.truncate(DIGEST_ITEMS);
         let mut decisions_answered: Vec<Decision> =
             decisions.into_iter().filter(|d| d.answer.as_ref().is_some_and(|a| a.at >= since)).collect();
         decisions_answered.sort_by_key(|d| d.answer.as_ref().map(|a| a.at));
+        let decisions_answered_total = decisions_answered.len();
         decisions_answered.truncate(DIGEST_ITEMS);
         let phases = room.markers.iter().filter(|m| m.by.at >= since).cloned().collect();
         Ok(RoomDigest {
@@ -249,10 +261,28 @@ impl Macp {
             claims,
             entities,
             decisions_asked,
+            decisions_asked_total,
             decisions_answered,
+            decisions_answered_total,
             phases,
             room_changes,
         })
+    }
+
+    /// The finding `seq` just before the room's first finding posted at or after `t`: a binary
+    /// search, as [`Macp::first_event_at`], so that a window never scans the room from its start.
+    async fn first_finding_at(&self, room_id: RoomId, t: Timestamp) -> Result<u64> {
+        let store = &self.inner.store;
+        let (mut lo, mut hi) = (0u64, store.finding_stats(room_id).await?.last_seq);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            let f = store.list_findings(room_id, &FindingQuery::after(mid - 1, 1)).await?;
+            match f.first() {
+                Some(f) if f.created_at < t => lo = mid,
+                _ => hi = mid - 1,
+            }
+        }
+        Ok(lo)
     }
 
     /// The feed position just before the room's first event at or after `t`: a binary search

@@ -314,7 +314,7 @@ impl Macp {
             ));
         }
         let mentions = self.mentioned(req.room_id, &req.mentions).await?;
-        self.check_exchange_budget(req.room_id, &session.agent_id, &mentions).await?;
+        self.check_exchange_budget(req.room_id, &session.agent_id, &mentions, key.as_deref()).await?;
         let hypothesis = req.hypothesis || tags.iter().any(|t| t == "hypothesis");
 
         let print = fingerprint(
@@ -443,8 +443,16 @@ impl Macp {
     /// already exchanged [`Limits::max_exchanges`](crate::Limits::max_exchanges) addressed
     /// findings (either way) since a person last acted in the room. Counted over the room's
     /// recent feed (eight events per unit of budget, at least 64): a loop that fast is what
-    /// the budget is for; exchanges spread wider than that are a conversation.
-    async fn check_exchange_budget(&self, room_id: RoomId, me: &AgentId, mentions: &[AgentId]) -> Result<()> {
+    /// the budget is for; exchanges spread wider than that are a conversation. Advisory under
+    /// concurrency: two posts checked at once may both pass. A retry of a post already made
+    /// (same idempotency key) always passes: the store then answers it with the first result.
+    async fn check_exchange_budget(
+        &self,
+        room_id: RoomId,
+        me: &AgentId,
+        mentions: &[AgentId],
+        key: Option<&str>,
+    ) -> Result<()> {
         let budget = self.inner.limits.max_exchanges;
         let others: Vec<&AgentId> = mentions.iter().filter(|m| *m != me).collect();
         if budget == 0 || others.is_empty() {
@@ -468,6 +476,10 @@ impl Macp {
             return Ok(());
         }
         let findings = store.get_findings(room_id, &posts).await?;
+        if key.is_some() && findings.iter().any(|f| &f.agent_id == me && f.idempotency_key.as_deref() == key)
+        {
+            return Ok(());
+        }
         for other in others {
             let exchanged = findings
                 .iter()
@@ -482,9 +494,10 @@ impl Macp {
                     limit: budget as u64,
                     message: format!(
                         "`{me}` and `{other}` have addressed {exchanged} findings to each other with no person acting \
-                         in the room since. Nothing was posted. To go on: ask the people (ask_decision) and wait for \
-                         an answer, or post without mentioning `{other}`; a person's answer, marker or new objective \
-                         resets the budget"
+                         in the room since. Nothing was posted. To go on: post without mentioning `{other}`, or ask the \
+                         people (ask_decision) and wait: a person acting directly (answering in the web view or with \
+                         `macp decide`, marking a phase, changing the objective, releasing a claim) resets the budget; \
+                         an answer relayed by an agent does not"
                     ),
                 });
             }

@@ -54,7 +54,7 @@ pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
 };
-pub use events::{RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
+pub use events::{FeedPage, MAX_FEED_PAGE, RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{
     AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,
@@ -397,7 +397,6 @@ impl Aliases {
         out
     }
 
-    /// Resolves each id, deduplicating while keeping the first occurrence's position.
     /// Every id that resolves to `canonical`: itself and the entities merged into it, directly
     /// or through others.
     pub(crate) fn known_as(&self, canonical: EntityId) -> Vec<EntityId> {
@@ -408,6 +407,7 @@ impl Aliases {
         out
     }
 
+    /// Resolves each id, deduplicating while keeping the first occurrence's position.
     pub(crate) fn resolve_all(&self, ids: &[EntityId]) -> Result<Vec<EntityId>> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {

@@ -91,6 +91,23 @@ impl JoinRoom {
 /// How often a room's objective may change (its history is kept in the room record).
 pub const MAX_OBJECTIVE_CHANGES: usize = 20;
 
+fn markers_full(max: usize) -> Error {
+    Error::CapacityExceeded {
+        what: "section markers",
+        limit: max as u64,
+        message: "the room has as many phases as it may hold; open a new room to continue".into(),
+    }
+}
+
+fn objectives_full() -> Error {
+    Error::CapacityExceeded {
+        what: "objective changes",
+        limit: MAX_OBJECTIVE_CHANGES as u64,
+        message: "the room has changed objective too often to keep its history; open a new room for the new objective"
+            .into(),
+    }
+}
+
 /// Compare-and-set attempts on a room record before giving up with a retryable error.
 const ROOM_UPDATE_ATTEMPTS: usize = 8;
 
@@ -356,6 +373,7 @@ impl Macp {
             closed_at: None,
             closed_by: None,
             resolution: None,
+            past_resolutions: Vec::new(),
             objective_history: Vec::new(),
             markers: Vec::new(),
             version: 0,
@@ -481,7 +499,7 @@ impl Macp {
     /// Steers a room: reopens it, changes its objective (the old one kept in
     /// `objective_history`), or sets a section marker (a new phase), in that order when a call
     /// asks for several. Each change is recorded with who made it and through which channel:
-    /// [`Channel::Person`] only from a person's own tool (`macp` on the command line, a web
+    /// [`Channel::Person`] or [`Channel::Web`] only from a person's own tool (`macp` on the command line, the web
     /// view); the MCP server passes [`Channel::Agent`] for every call.
     pub async fn steer_room(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
         let l = &self.inner.limits;
@@ -500,6 +518,16 @@ impl Macp {
         if room.status == RoomStatus::Closed && !req.reopen {
             return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
         }
+        // Refused before anything is applied, so a call asking for several changes does not
+        // stop halfway on a full history (a concurrent change can still fill it in between).
+        if label.is_some() && room.markers.len() >= l.max_markers {
+            return Err(markers_full(l.max_markers));
+        }
+        if objective.as_ref().is_some_and(|o| *o != room.objective)
+            && room.objective_history.len() >= MAX_OBJECTIVE_CHANGES
+        {
+            return Err(objectives_full());
+        }
         let author = self.author(who, req.room_id, req.agent_id.as_ref(), via).await?;
         if req.reopen {
             room = self
@@ -510,6 +538,8 @@ impl Macp {
                     room.status = RoomStatus::Active;
                     room.closed_at = None;
                     room.closed_by = None;
+                    // The last close's resolution no longer describes the room: kept, as past.
+                    room.past_resolutions.extend(room.resolution.take());
                     Ok(Some(
                         author.event(EventKind::RoomReopened, &format!("reopened by {}", author.user_id)),
                     ))
@@ -520,18 +550,18 @@ impl Macp {
             let max = MAX_OBJECTIVE_CHANGES;
             room = self
                 .update_room(req.room_id, |room| {
+                    if room.status == RoomStatus::Closed {
+                        return Err(Error::RoomClosed { room_id: room.room_id.to_string() });
+                    }
                     if room.objective == objective {
                         return Ok(None);
                     }
                     if room.objective_history.len() >= max {
-                        return Err(Error::CapacityExceeded {
-                            what: "objective changes",
-                            limit: max as u64,
-                            message: "the room has changed objective too often to keep its history; open a new room for the new objective".into(),
-                        });
+                        return Err(objectives_full());
                     }
                     let old = std::mem::replace(&mut room.objective, objective.clone());
-                    room.objective_history.push(ObjectiveChange { objective: old, replaced_by: author.clone() });
+                    room.objective_history
+                        .push(ObjectiveChange { objective: old, replaced_by: author.clone() });
                     Ok(Some(author.event(EventKind::ObjectiveChanged, &objective)))
                 })
                 .await?;
@@ -541,14 +571,11 @@ impl Macp {
             let max = l.max_markers;
             room = self
                 .update_room(req.room_id, |room| {
+                    if room.status == RoomStatus::Closed {
+                        return Err(Error::RoomClosed { room_id: room.room_id.to_string() });
+                    }
                     if room.markers.len() >= max {
-                        return Err(Error::CapacityExceeded {
-                            what: "section markers",
-                            limit: max as u64,
-                            message:
-                                "the room has as many phases as it may hold; open a new room to continue"
-                                    .into(),
-                        });
+                        return Err(markers_full(max));
                     }
                     let marker_id = format!("m{}", room.markers.len() + 1);
                     let what = format!("{marker_id}: {label}");
@@ -565,11 +592,12 @@ impl Macp {
         Ok(room)
     }
 
-    /// A marker label as stored: secrets redacted first, then capped at
-    /// [`Limits::max_marker_chars`](crate::Limits::max_marker_chars) characters (redaction can
-    /// lengthen a text; cutting first could split a secret so that it is no longer recognised).
-    /// A label longer than the cap as written is refused, so the cut only ever falls on what
-    /// redaction added.
+    /// A marker label as stored: on one line, secrets redacted first, then held to
+    /// [`Limits::max_marker_chars`](crate::Limits::max_marker_chars) characters — by refusing,
+    /// never by cutting (a cut made before redaction could split a secret so that it is no
+    /// longer recognised; one made after would drop the end of what the person wrote). Redaction
+    /// lengthens a text (`[redacted:aws-access-key]` for a 20-character key), so a label within
+    /// the limit as written can be refused once redacted: the error says so.
     fn marker_label(&self, raw: &str) -> Result<String> {
         let max = self.inner.limits.max_marker_chars;
         let one_line = raw.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -579,17 +607,20 @@ impl Macp {
                 "a marker needs a label, e.g. \"mitigation done, root cause next\"",
             ));
         }
-        let chars = one_line.chars().count();
+        let clean = crate::redact::redact_secrets(&one_line);
+        let chars = clean.chars().count();
         if chars > max {
+            let redacted = if clean != one_line { " once the secrets in it are redacted" } else { "" };
             return Err(Error::InvalidInput {
                 field: "marker".into(),
                 message: format!(
-                    "the marker label has {chars} characters; the limit is {max}: name the phase shortly"
+                    "the marker label has {chars} characters{redacted}; the limit is {max}: name the phase shortly \
+                     (and leave secrets out of it)"
                 ),
                 limit: Some(max as u64),
             });
         }
-        Ok(crate::redact::redact_then_cap(&one_line, max).0)
+        Ok(clean)
     }
 
     /// Who is acting on a room: a person directly, or one of the principal's agents in it (an
@@ -602,7 +633,7 @@ impl Macp {
         via: Channel,
     ) -> Result<Author> {
         let agent_id = match via {
-            Channel::Person => None,
+            Channel::Person | Channel::Web => None,
             Channel::Agent => {
                 let session = self.agent_session(who, room_id, agent_id).await?;
                 self.touch(&session).await;

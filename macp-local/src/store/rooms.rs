@@ -32,6 +32,8 @@ struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     resolution: Option<Resolution>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    past_resolutions: Vec<Resolution>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     objective_history: Vec<ObjectiveChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     markers: Vec<Marker>,
@@ -40,6 +42,7 @@ struct Record {
 fn record_of(room: &Room) -> String {
     to_json(&Record {
         resolution: room.resolution.clone(),
+        past_resolutions: room.past_resolutions.clone(),
         objective_history: room.objective_history.clone(),
         markers: room.markers.clone(),
     })
@@ -60,6 +63,7 @@ fn room_from_row(r: &Row<'_>) -> Result<Room> {
         closed_at: r.get::<_, Option<i64>>(8).map_err(g)?.map(Timestamp::from_millis),
         closed_by: r.get::<_, Option<String>>(9).map_err(g)?.map(UserId::new).transpose()?,
         resolution: record.resolution,
+        past_resolutions: record.past_resolutions,
         objective_history: record.objective_history,
         markers: record.markers,
         version: r.get::<_, i64>(11).map_err(g)? as u64,

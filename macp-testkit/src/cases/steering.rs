@@ -34,25 +34,42 @@ pub async fn objective_history_and_phase_markers_are_kept(backend: Backend) {
     assert_eq!(r.objective_history[0].replaced_by.channel, Channel::Person);
     assert_eq!(r.objective_history[0].replaced_by.agent_id, None);
 
-    // An agent's marker, carrying a secret that straddles the cap: redacted whole, then cut.
-    let label = format!("{} AKIAIOSFODNN7EXAMPLE", "mitigation done, root cause next ".repeat(3).trim_end());
-    assert!(label.chars().count() <= 120);
+    // An agent's marker carrying a secret: stored redacted, whole.
     let r = f
         .macp
         .steer_room(
             &f.bob,
-            SteerRoom { marker: Some(label), agent_id: Some(f.b.clone()), ..SteerRoom::new(f.room) },
+            SteerRoom {
+                marker: Some("mitigation done (key AKIAIOSFODNN7EXAMPLE revoked), root cause next".into()),
+                agent_id: Some(f.b.clone()),
+                ..SteerRoom::new(f.room)
+            },
             Channel::Agent,
         )
         .await
         .unwrap();
     let m = r.phase().expect("a current phase").clone();
     assert_eq!(m.marker_id, "m1");
-    assert!(!m.label.contains("AKIA"), "the secret is redacted before the cap: {}", m.label);
-    assert!(m.label.chars().count() <= 120, "{}", m.label);
+    assert_eq!(m.label, "mitigation done (key [redacted:aws-access-key] revoked), root cause next");
     assert_eq!(m.by.channel, Channel::Agent);
     assert_eq!(m.by.agent_id.as_ref(), Some(&f.b));
     assert_eq!(m.after_seq, before.seq);
+    // Within 120 characters as written, over them once redacted: refused, never cut (a cut
+    // before redaction could leave half the key; one after would drop the label's end).
+    let label = format!("{} AKIAIOSFODNN7EXAMPLE", "x".repeat(99));
+    assert_eq!(label.chars().count(), 120);
+    let e = expect_code(
+        f.macp
+            .steer_room(
+                &f.bob,
+                SteerRoom { marker: Some(label), agent_id: Some(f.b.clone()), ..SteerRoom::new(f.room) },
+                Channel::Agent,
+            )
+            .await,
+        "invalid_input",
+    );
+    assert_eq!(e.limit(), Some(120));
+    assert!(e.to_string().contains("redacted") && !e.to_string().contains("AKIA"), "{e}");
 
     let too_long = "x".repeat(121);
     let e = expect_code(
@@ -158,9 +175,13 @@ pub async fn close_with_resolution_then_reopen(backend: Backend) {
         .unwrap();
     assert_eq!(reopened.status, RoomStatus::Active);
     assert_eq!(reopened.closed_at, None);
+    assert_eq!(reopened.resolution, None, "an open room shows no resolution");
+    assert_eq!(reopened.past_resolutions, vec![res.clone()], "the earlier one is kept");
     f.post("the 502s are back after the 16:00 deploy", &["triage"]).await;
     let listed = f.macp.room_summary(&f.bob, f.room).await.unwrap();
     assert_eq!(listed.room.status, RoomStatus::Active);
+    let again = f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
+    assert_eq!((again.resolution, again.past_resolutions), (None, vec![res]), "closing again loses nothing");
 }
 
 /// Two agents that keep addressing each other are stopped after the configured number of
@@ -189,7 +210,11 @@ pub async fn the_directed_exchange_budget_stops_a_loop_until_a_person_acts(backe
     }
     say(&macp, room, &alice, &a, &b, 1).await.unwrap();
     say(&macp, room, &bob, &b, &a, 2).await.unwrap();
-    say(&macp, room, &alice, &a, &b, 3).await.unwrap();
+    let third =
+        PostFinding::new(room, a.clone(), "over to you #3").mentions([b.clone()]).idempotency_key("k3");
+    macp.post_finding(&alice, third.clone()).await.unwrap();
+    // A retry of the post that filled the budget is answered with the first result.
+    assert!(macp.post_finding(&alice, third).await.unwrap().replayed);
     let e = expect_code(say(&macp, room, &bob, &b, &a, 4).await, "capacity_exceeded");
     assert_eq!(e.limit(), Some(3));
     assert!(e.to_string().contains("person"), "{e}");
