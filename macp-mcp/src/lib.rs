@@ -46,5 +46,6 @@ pub mod hook;
 pub mod http;
 pub mod push;
 pub mod server;
+pub mod web;
 
 pub use server::{Authenticated, MacpMcp, tool_error};

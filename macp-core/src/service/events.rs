@@ -143,6 +143,26 @@ pub struct Updates {
     pub read_position: Option<String>,
 }
 
+/// A page of the room's feed read backwards: the latest changes first, older ones on demand
+/// (a person's view of a large room never loads it whole).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct FeedPage {
+    /// The changes, oldest first (every kind, findings' events included).
+    pub events: Vec<Event>,
+    /// The findings those events posted, whole (entity refs resolved).
+    pub findings: Vec<Finding>,
+    /// Pass as `before` for the page before this one; absent at the start of the feed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub older: Option<u64>,
+    /// On the first page: the cursor to poll the changes after it (get_updates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+/// The largest [`FeedPage`].
+pub const MAX_FEED_PAGE: usize = 500;
+
 /// Waits for changes to one room; see [`Macp::watch`].
 #[derive(Debug)]
 pub struct RoomWatch {
@@ -253,6 +273,38 @@ fn decode_feed_cursor(room_id: RoomId, c: &str) -> Result<u64> {
 }
 
 impl Macp {
+    /// The `limit` changes (default 100, at most [`MAX_FEED_PAGE`]) before feed position
+    /// `before` (exclusive), or the latest ones when `before` is `None`.
+    pub async fn feed_page(
+        &self,
+        _who: &Principal,
+        room_id: RoomId,
+        before: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<FeedPage> {
+        let limit = validate::page_size("limit", limit, 100, MAX_FEED_PAGE)?;
+        self.room(room_id).await?;
+        let store = &self.inner.store;
+        let head = store.last_event_seq(room_id).await?;
+        let end = before.map_or(head, |b| b.saturating_sub(1).min(head));
+        let from = end.saturating_sub(limit as u64);
+        let events = store.list_events(room_id, from, &[], (end - from) as usize).await?;
+        let ids: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::FindingPosted)
+            .filter_map(|e| e.finding_id)
+            .collect();
+        let mut findings = store.get_findings(room_id, &ids).await?;
+        findings.sort_by_key(|f| f.seq);
+        resolve_refs(&self.aliases(room_id).await?, &mut findings)?;
+        Ok(FeedPage {
+            events,
+            findings,
+            older: (from > 0).then_some(from + 1),
+            cursor: before.is_none().then(|| feed_cursor(room_id, head)),
+        })
+    }
+
     /// What changed in a room after `cursor` (or after the agent's read position), in commit
     /// order: the findings posted, whole, and every other change as a small event. Never skips
     /// and never repeats a change across calls (see [`crate::cursor`]). With `wait_seconds`, an

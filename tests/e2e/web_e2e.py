@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""The web view, driven in real headless Chromium (Debian's `chromium` + `chromium-driver`,
+through selenium) against a real `macp serve`, with a real MCP agent (the Python `mcp` client)
+on the other side.
+
+    python tests/e2e/web_e2e.py --macp target/debug/macp [--screenshots DIR] [--bench N]
+
+Checks, as a person would see them: the rooms page lists the room; the room page shows the
+agent's finding; a finding the agent posts appears without a reload (the latency is printed);
+a finding whose content is `<img src=x onerror=alert(1)>` renders as text (no element, no
+script); a decision answered in the page reaches the asking agent's feed, recorded as a
+person's answer through the web channel; a phase marked in the page is the room's phase; a
+refuted hypothesis is marked as such; a state-changing request without the page's header, or
+from another origin, is refused; every response carries the Content-Security-Policy. With auth
+on, the page without a session gets the sign-in and never the data, and the API refuses it.
+
+--bench N seeds a room with N findings and prints the room page's first render (ms) and page
+weight (bytes over the wire); --screenshots DIR saves the rooms page and a busy room page.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+
+import httpx2
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import auth_e2e  # noqa: E402
+import mcp_e2e  # noqa: E402
+from mcp_e2e import Failure, call, expect, session  # noqa: E402
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def browser() -> webdriver.Chrome:
+    o = webdriver.ChromeOptions()
+    o.binary_location = os.environ.get("MACP_CHROMIUM", "/usr/bin/chromium")
+    for flag in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000"]:
+        o.add_argument(flag)
+    o.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='macp-chromium-')}")
+    return webdriver.Chrome(service=Service(os.environ.get("MACP_CHROMEDRIVER", "/usr/bin/chromedriver")), options=o)
+
+
+def wait_for(what: str, f, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            v = f()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 — the page may be mid-render
+            last = e
+        time.sleep(0.02)
+    raise Failure(f"timed out waiting for {what}" + (f" ({last})" if last else ""))
+
+
+def no_alert(d) -> None:
+    try:
+        a = d.switch_to.alert
+        raise Failure(f"a script ran: alert {a.text!r}")
+    except NoAlertPresentException:
+        pass
+
+
+async def agent_setup(url: str) -> dict:
+    http, c = await session(url, None)
+    async with http, c:
+        room = (await call(c, "create_room", {"name": "INC-7 checkout 502s", "objective": "Find why checkout returns 502s",
+                                                "tags": ["sev-2"]}))["room_id"]
+        await call(c, "join_room", {"room_id": room, "agent_id": "ana-claude", "agent_type": "claude-code"})
+        first = await call(c, "post_finding", {"room_id": room, "content": "502s began at 14:02 UTC on checkout-api",
+                                                "tags": ["triage"]})
+        hyp = await call(c, "post_finding", {"room_id": room, "content": "Hypothesis: the ALB certificate expired",
+                                              "hypothesis": True})
+        await call(c, "post_finding", {"room_id": room, "content": "Refuted: the certificate is valid until 2027",
+                                        "reply_to": hyp["finding"]["finding_id"], "verdict": "refutes",
+                                        "evidence": [{"kind": "log", "ref": "openssl s_client output"}]})
+        d = await call(c, "ask_decision", {"room_id": room, "question": "Roll back deploy 4471?",
+                                            "options": ["yes", "no"], "urgency": "high"})
+        ctx = await call(c, "get_room_context", {"room_id": room})
+    return {"room": room, "first": first["finding"]["finding_id"], "hypothesis": hyp["finding"]["finding_id"],
+            "decision": d["decision_id"], "cursor": ctx["cursor"]}
+
+
+async def agent_post(url: str, room: str, content: str) -> str:
+    http, c = await session(url, None)
+    async with http, c:
+        await call(c, "join_room", {"room_id": room, "agent_id": "ana-claude"})
+        return (await call(c, "post_finding", {"room_id": room, "content": content}))["finding"]["finding_id"]
+
+
+async def agent_feed(url: str, room: str, cursor: str) -> list[dict]:
+    http, c = await session(url, None)
+    async with http, c:
+        u = await call(c, "get_updates", {"room_id": room, "cursor": cursor, "kinds": ["decision_answered"]})
+        d = await call(c, "get_room_summary", {"room_id": room})
+        return [u["events"], d]
+
+
+def check_http(base: str) -> None:
+    """The API's guards, with a plain HTTP client."""
+    r = httpx2.get(base + "/")
+    expect(r.status_code == 200 and "script-src 'self'" in r.headers.get("content-security-policy", ""),
+           f"the page carries the CSP: {r.headers.get('content-security-policy')}")
+    expect(r.headers.get("x-content-type-options") == "nosniff", "nosniff")
+    room = httpx2.get(base + "/api/rooms").json()[0]["room"]["room_id"]
+    steer = f"{base}/api/rooms/{room}/steer"
+    r = httpx2.post(steer, json={"marker": "x"})
+    expect(r.status_code == 403 and r.json()["error"]["code"] == "csrf", f"a change without the header: {r.status_code}")
+    r = httpx2.post(steer, json={"marker": "x"}, headers={"X-MACP-Web": "1", "Origin": "https://evil.example"})
+    expect(r.status_code == 403, f"a change from another origin: {r.status_code}")
+    r = httpx2.get(base + "/api/rooms", headers={"Host": "evil.example"})
+    expect(r.status_code == 403, f"another Host (DNS rebinding): {r.status_code}")
+
+
+def run_auth_off(macp: str, shots: str | None, bench: int) -> dict:
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as work:
+        proc, url = mcp_e2e.start_server(macp, os.path.join(work, "data"), ["--embedder", "none"], {})
+        base = url.removesuffix("/mcp")
+        d = browser()
+        try:
+            s = asyncio.run(agent_setup(url))
+            room = s["room"]
+            t0 = time.monotonic()
+            d.get(base + "/")
+            wait_for("the room on the rooms page", lambda: d.find_elements(By.CSS_SELECTOR, f'[data-room="{room}"]'))
+            out["rooms_page_ms"] = round((time.monotonic() - t0) * 1000)
+            card = d.find_element(By.CSS_SELECTOR, f'[data-room="{room}"]').text
+            expect("INC-7" in card and "1 open decision" in card, f"the room card: {card!r}")
+            if shots:
+                d.save_screenshot(os.path.join(shots, "rooms.png"))
+            d.find_element(By.CSS_SELECTOR, f'[data-room="{room}"]').click()
+            wait_for("the agent's finding", lambda: d.find_elements(By.CSS_SELECTOR, f'[data-finding="{s["first"]}"]'))
+            hyp = d.find_element(By.CSS_SELECTOR, f'#feed [data-finding="{s["hypothesis"]}"]').text
+            expect("hypothesis" in hyp and "refuted" in hyp, f"the hypothesis shows its standing: {hyp!r}")
+
+            # Live: a finding posted by the agent appears without a reload.
+            lat = []
+            for i in range(5):
+                fid = asyncio.run(agent_post(url, room, f"live finding {i}"))
+                t = time.monotonic()
+                wait_for("a live finding", lambda: d.find_elements(By.CSS_SELECTOR, f'[data-finding="{fid}"]'), timeout=5)
+                lat.append(round((time.monotonic() - t) * 1000))
+            out["live_ms"] = lat
+            expect(max(lat) < 1000, f"live findings appear within a second: {lat}")
+
+            # Script injection renders as text.
+            xid = asyncio.run(agent_post(url, room, XSS))
+            row = wait_for("the injection attempt", lambda: d.find_elements(By.CSS_SELECTOR, f'[data-finding="{xid}"]'))[0]
+            content = row.find_element(By.CSS_SELECTOR, ".content")
+            expect(content.text == XSS, f"rendered as text: {content.text!r}")
+            expect(not row.find_elements(By.TAG_NAME, "img"), "no element was made from it")
+            no_alert(d)
+
+            # A person answers the decision in the page.
+            box = d.find_element(By.CSS_SELECTOR, f'[data-decision="{s["decision"]}"]')
+            box.find_element(By.NAME, "answer").send_keys("yes, roll back")
+            box.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+            wait_for("the decision leaving the open list",
+                     lambda: not d.find_elements(By.CSS_SELECTOR, f'[data-decision="{s["decision"]}"]'))
+            events, summary = asyncio.run(agent_feed(url, room, s["cursor"]))
+            expect(len(events) == 1 and "yes, roll back" in events[0]["summary"] and "agent_id" not in events[0],
+                   f"the agent's feed has the person's answer: {events}")
+            expect(not summary["open_decisions"], "no open decision left")
+
+            # A person marks a phase in the page.
+            d.find_element(By.CSS_SELECTOR, "#mark input").send_keys("mitigation done, root cause next")
+            d.find_element(By.CSS_SELECTOR, "#mark button").click()
+            wait_for("the phase in the header", lambda: "mitigation done" in d.find_element(By.ID, "roomhead").text)
+            phase = httpx2.get(f"{base}/api/rooms/{room}/context").json()["phase"]
+            expect(phase["by"]["channel"] == "web" and "agent_id" not in phase["by"], f"the marker is the person's: {phase}")
+            decisions = httpx2.get(f"{base}/api/rooms/{room}/decisions").json()
+            expect(decisions[0]["answer"]["channel"] == "web", f"answered through the web channel: {decisions[0]['answer']}")
+            no_alert(d)
+            if shots:
+                d.execute_script("window.scrollTo(0, 0)")
+                d.save_screenshot(os.path.join(shots, "room.png"))
+            check_http(base)
+            if bench:
+                out["bench"] = bench_room(url, base, d, bench, shots)
+        finally:
+            d.quit()
+            proc.terminate()
+            proc.wait(timeout=30)
+    return out
+
+
+async def seed(url: str, n: int) -> str:
+    http, c = await session(url, None)
+    async with http, c:
+        room = (await call(c, "create_room", {"name": "INC-9 busy room", "objective": "A room with many findings"}))["room_id"]
+    clients = 8
+
+    async def one(k: int) -> None:
+        http, c = await session(url, None)
+        async with http, c:
+            await call(c, "join_room", {"room_id": room, "agent_id": f"agent-{k}"})
+            for i in range(k, n, clients):
+                await call(c, "post_finding", {"room_id": room, "content": f"finding {i}: pool at {i % 100} of 100",
+                                               "tags": ["evidence" if i % 3 else "triage"]})
+    await asyncio.gather(*(one(k) for k in range(clients)))
+    return room
+
+
+def bench_room(url: str, base: str, d, n: int, shots: str | None) -> dict:
+    room = asyncio.run(seed(url, n))
+    runs = []
+    for _ in range(5):
+        d.get("about:blank")
+        d.get(f"{base}/#/room/{room}")
+        wait_for("the busy room", lambda: len(d.find_elements(By.CSS_SELECTOR, "#feed .row")) >= 50, timeout=30)
+        wait_for("the render mark", lambda: d.execute_script("return window.__macpRendered"))
+        m = d.execute_script("""
+            const nav = performance.getEntriesByType('navigation')[0];
+            const res = performance.getEntriesByType('resource');
+            return {render: window.__macpRendered, load: nav.loadEventEnd, dom: nav.domContentLoadedEventEnd,
+                    bytes: nav.transferSize + res.reduce((a, r) => a + r.transferSize, 0),
+                    decoded: nav.decodedBodySize + res.reduce((a, r) => a + r.decodedBodySize, 0),
+                    requests: 1 + res.length, rows: document.querySelectorAll('#feed .row').length};""")
+        runs.append(m)
+    if shots:
+        d.save_screenshot(os.path.join(shots, "busy-room.png"))
+    runs.sort(key=lambda m: m["render"])
+    med = runs[len(runs) // 2]
+    return {"findings": n, "first_render_ms_median": round(med["render"] + med["dom"]), "api_and_render_ms": round(med["render"]),
+            "page_bytes": med["bytes"], "decoded_bytes": med["decoded"], "requests": med["requests"], "rows_shown": med["rows"],
+            "runs_ms": [round(m["render"] + m["dom"]) for m in runs]}
+
+
+def run_auth_on(macp: str) -> None:
+    rsa_key, _, doc = auth_e2e.keys()
+    jwks = auth_e2e.serve_jwks(doc)
+    args = ["--embedder", "none", "--auth-issuer", auth_e2e.ISSUER, "--auth-jwks-url", jwks, "--auth-audience", auth_e2e.AUDIENCE]
+    token = auth_e2e.token(rsa_key, "rsa-e2e", "RS256", "ana", "macp:read macp:write")
+    with tempfile.TemporaryDirectory() as work:
+        proc, url = mcp_e2e.start_server(macp, os.path.join(work, "data"), args, {})
+        base = url.removesuffix("/mcp")
+        d = browser()
+        try:
+            async def make() -> str:
+                http, c = await session(url, token)
+                async with http, c:
+                    return (await call(c, "create_room", {"name": "SECRET-ROOM", "objective": "hidden"}))["room_id"]
+            room = asyncio.run(make())
+            r = httpx2.get(f"{base}/api/rooms")
+            expect(r.status_code == 401, f"the API without a token: {r.status_code}")
+            r = httpx2.get(f"{base}/api/rooms", headers={"Authorization": f"Bearer {token}"})
+            expect(r.status_code == 200 and r.json()[0]["room"]["room_id"] == room, "the API with the user's token")
+            d.get(base + "/")
+            wait_for("the sign-in", lambda: d.find_elements(By.ID, "signin"))
+            d.get(f"{base}/#/room/{room}")
+            wait_for("the sign-in", lambda: d.find_elements(By.ID, "signin"))
+            page = d.find_element(By.TAG_NAME, "body").text
+            expect("SECRET-ROOM" not in page and "hidden" not in page and not d.find_elements(By.CSS_SELECTOR, "[data-room]"),
+                   "no data without a session")
+        finally:
+            d.quit()
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--macp", required=True)
+    ap.add_argument("--screenshots")
+    ap.add_argument("--bench", type=int, default=0)
+    a = ap.parse_args()
+    if a.screenshots:
+        os.makedirs(a.screenshots, exist_ok=True)
+    out = run_auth_off(a.macp, a.screenshots, a.bench)
+    run_auth_on(a.macp)
+    print(json.dumps({"ok": True, **out}))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Failure as e:
+        print(f"WEB E2E FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
