@@ -786,7 +786,8 @@ wire_enum!(
     Channel {
         /// A person acted directly on the command line (`macp decide`, `macp steer`, …).
         Person = "person",
-        /// A person acted directly in the web view `macp serve` serves at `/`.
+        /// A person acted directly through the server's person-facing API: the web view `macp
+        /// serve` serves at `/`, or a `macp` command given `--server`.
         Web = "web",
         /// An agent acted, or relayed a person's word (through MCP).
         Agent = "agent"

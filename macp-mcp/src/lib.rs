@@ -45,6 +45,7 @@ pub mod docs;
 pub mod hook;
 pub mod http;
 pub mod push;
+pub mod remote;
 pub mod server;
 pub mod web;
 

@@ -60,6 +60,8 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: macp_mcp::remote::RemoteArgs,
     },
     /// Search a room's findings.
     Search {
@@ -73,6 +75,8 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: macp_mcp::remote::RemoteArgs,
     },
     /// List a room's decisions: the questions agents asked the people (open ones unless --all).
     Decisions {
@@ -84,6 +88,8 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: macp_mcp::remote::RemoteArgs,
     },
     /// Answer a decision as yourself (the local user, or --local-user): recorded as a person's
     /// own answer, which no agent can give.
@@ -97,6 +103,8 @@ enum Command {
         /// Who you are (default: the local user).
         #[arg(long, env = "MACP_LOCAL_USER")]
         local_user: Option<String>,
+        #[command(flatten)]
+        remote: macp_mcp::remote::RemoteArgs,
     },
     /// Steer a room as yourself (recorded as a person's act): start a phase, change the
     /// objective, or reopen it.
@@ -413,7 +421,17 @@ async fn run(cli: Cli) -> Result<(), String> {
                 }
             }
         }
-        Command::Decisions { room, all, json } => {
+        Command::Decisions { room, all, json, remote } => {
+            if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
+                let list = r.get(&format!("rooms/{room}/decisions")).await?;
+                for d in list.as_array().into_iter().flatten().filter(|d| all || d["answer"].is_null()) {
+                    println!(
+                        "{}",
+                        if json { d.to_string() } else { format!("{} {}", d["decision_id"], d["question"]) }
+                    );
+                }
+                return Ok(());
+            }
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
@@ -436,7 +454,17 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
-        Command::Decide { room, decision, answer, local_user } => {
+        Command::Decide { room, decision, answer, local_user, remote } => {
+            if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
+                let d = r
+                    .post(
+                        &format!("rooms/{room}/decisions/{decision}"),
+                        &serde_json::json!({ "answer": answer }),
+                    )
+                    .await?;
+                println!("answered: {} (as {})", d["answer"]["text"], d["answer"]["user_id"]);
+                return Ok(());
+            }
             let (macp, who) = as_person(&cli.common, local_user).await?;
             let req = macp_core::service::AnswerDecision {
                 room_id: room,
@@ -479,7 +507,31 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("released {}'s claim: {}", c.agent_id, c.subject);
             Ok(())
         }
-        Command::Timeline { room, json } => {
+        Command::Timeline { room, json, remote } => {
+            if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
+                let mut cursor: Option<String> = None;
+                loop {
+                    let q = cursor.as_ref().map(|c| format!("&cursor={c}")).unwrap_or_default();
+                    let page = r.get(&format!("rooms/{room}/timeline?limit=200{q}")).await?;
+                    for f in page["findings"].as_array().into_iter().flatten() {
+                        if json {
+                            println!("{f}");
+                        } else {
+                            println!(
+                                "#{} {} {} ({})",
+                                f["seq"], f["created_at"], f["agent_id"], f["user_id"]
+                            );
+                            for l in f["content"].as_str().unwrap_or("").lines() {
+                                println!("    {l}");
+                            }
+                        }
+                    }
+                    match page["next_cursor"].as_str() {
+                        Some(c) => cursor = Some(c.to_owned()),
+                        None => return Ok(()),
+                    }
+                }
+            }
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;
@@ -512,7 +564,36 @@ async fn run(cli: Cli) -> Result<(), String> {
                 }
             }
         }
-        Command::Search { room, query, limit, json } => {
+        Command::Search { room, query, limit, json, remote } => {
+            if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
+                let q: String = query
+                    .bytes()
+                    .map(|b| match b {
+                        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                            (b as char).to_string()
+                        }
+                        _ => format!("%{b:02X}"),
+                    })
+                    .collect();
+                let res = r.get(&format!("rooms/{room}/search?q={q}&limit={limit}")).await?;
+                for h in res["results"].as_array().into_iter().flatten() {
+                    if json {
+                        println!("{h}");
+                    } else {
+                        println!(
+                            "{:.4}  #{} {}",
+                            h["score"].as_f64().unwrap_or(0.0),
+                            h["finding"]["seq"],
+                            h["finding"]["agent_id"]
+                        );
+                        println!(
+                            "    {}",
+                            h["finding"]["content"].as_str().unwrap_or("").lines().next().unwrap_or("")
+                        );
+                    }
+                }
+                return Ok(());
+            }
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             let macp = open(&cfg, Use::Command).await?.macp;
             let who = Principal::new(cfg.local_user).map_err(|e| e.to_string())?;

@@ -12,7 +12,8 @@ script); a decision answered in the page reaches the asking agent's feed, record
 person's answer through the web channel; a phase marked in the page is the room's phase; a
 refuted hypothesis is marked as such; a state-changing request without the page's header, or
 from another origin, is refused; every response carries the Content-Security-Policy. With auth
-on, the page without a session gets the sign-in and never the data, and the API refuses it.
+on, the page without a session gets the sign-in and never the data, and the API refuses it;
+`macp timeline`, `macp search` and `macp decide` reach the server with the user's token.
 
 --bench N seeds a room with N findings and prints the room page's first render (ms) and page
 weight (bytes over the wire); --screenshots DIR saves the rooms page and a busy room page.
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -251,11 +253,27 @@ def run_auth_on(macp: str) -> None:
         base = url.removesuffix("/mcp")
         d = browser()
         try:
-            async def make() -> str:
+            async def make() -> tuple[str, str]:
                 http, c = await session(url, token)
                 async with http, c:
-                    return (await call(c, "create_room", {"name": "SECRET-ROOM", "objective": "hidden"}))["room_id"]
-            room = asyncio.run(make())
+                    room = (await call(c, "create_room", {"name": "SECRET-ROOM", "objective": "hidden"}))["room_id"]
+                    await call(c, "join_room", {"room_id": room, "agent_id": "ana-kiro"})
+                    await call(c, "post_finding", {"room_id": room, "content": "pool exhausted at 14:01"})
+                    d = await call(c, "ask_decision", {"room_id": room, "question": "Fail over now?"})
+                    return room, d["decision_id"]
+            room, decision = asyncio.run(make())
+            # The person's commands against the team server, with the user's token.
+            remote = ["--server", base, "--token", token]
+            out = subprocess.run([macp, "timeline", room, "--json", *remote], capture_output=True, text=True, timeout=60)
+            expect(out.returncode == 0 and "pool exhausted" in out.stdout, f"macp timeline --server: {out.stderr}")
+            out = subprocess.run([macp, "search", room, "pool", *remote], capture_output=True, text=True, timeout=60)
+            expect(out.returncode == 0 and "pool exhausted" in out.stdout, f"macp search --server: {out.stderr}")
+            out = subprocess.run([macp, "decide", room, decision, "yes, fail over", *remote], capture_output=True, text=True, timeout=60)
+            expect(out.returncode == 0, f"macp decide --server: {out.stderr}")
+            ans = httpx2.get(f"{base}/api/rooms/{room}/decisions", headers={"Authorization": f"Bearer {token}"}).json()[0]["answer"]
+            expect(ans["user_id"] == "ana" and ans["channel"] == "web" and "agent_id" not in ans, f"the person's answer: {ans}")
+            out = subprocess.run([macp, "timeline", room, "--server", base], capture_output=True, text=True, timeout=60)
+            expect(out.returncode != 0 and "unauthenticated" in out.stderr, f"without a token: {out.stderr!r}")
             r = httpx2.get(f"{base}/api/rooms")
             expect(r.status_code == 401, f"the API without a token: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Authorization": f"Bearer {token}"})

@@ -60,7 +60,10 @@ pub use rooms::{
     AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,
     RoomFilter, RoomPage, RoomSummary, SteerRoom,
 };
-pub use search::{ReconcileReport, ReconcilerHandle, SearchConfig, SearchFindings, SearchHit, SearchResults};
+pub use search::{
+    MAX_ROOMS_SEARCHED, ReconcileReport, ReconcilerHandle, RoomLabel, SearchConfig, SearchFindings,
+    SearchHit, SearchResults,
+};
 
 use crate::blob::BlobStore;
 use crate::error::{Error, Result};
