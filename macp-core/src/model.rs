@@ -795,6 +795,13 @@ wire_enum!(
     "channel"
 );
 
+impl Channel {
+    /// Whether this is a person acting directly: no agent stands behind the act.
+    pub fn is_person(self) -> bool {
+        matches!(self, Channel::Person | Channel::Web)
+    }
+}
+
 /// A question an agent put to the people of a room, and its answer once given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]

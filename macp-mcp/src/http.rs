@@ -73,8 +73,7 @@ pub fn mcp_service(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> StreamableHttpService<MacpMcp, LocalSessionManager> {
-    let hosts: Vec<String> =
-        LOOPBACK.iter().map(|h| h.to_string()).chain(opts.allowed_hosts.iter().cloned()).collect();
+    let hosts = hosts(opts);
     let origins: Vec<String> = hosts
         .iter()
         .flat_map(|h| {

@@ -423,7 +423,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Decisions { room, all, json, remote } => {
             if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
-                let list = r.get(&format!("rooms/{room}/decisions")).await?;
+                let list = r.get(&format!("rooms/{room}/decisions"), &[]).await?;
                 for d in list.as_array().into_iter().flatten().filter(|d| all || d["answer"].is_null()) {
                     println!(
                         "{}",
@@ -511,8 +511,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
                 let mut cursor: Option<String> = None;
                 loop {
-                    let q = cursor.as_ref().map(|c| format!("&cursor={c}")).unwrap_or_default();
-                    let page = r.get(&format!("rooms/{room}/timeline?limit=200{q}")).await?;
+                    let mut q = vec![("limit", "200")];
+                    q.extend(cursor.as_deref().map(|c| ("cursor", c)));
+                    let page = r.get(&format!("rooms/{room}/timeline"), &q).await?;
                     for f in page["findings"].as_array().into_iter().flatten() {
                         if json {
                             println!("{f}");
@@ -566,16 +567,8 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Search { room, query, limit, json, remote } => {
             if let Some(r) = macp_mcp::remote::Remote::from_args(&remote) {
-                let q: String = query
-                    .bytes()
-                    .map(|b| match b {
-                        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                            (b as char).to_string()
-                        }
-                        _ => format!("%{b:02X}"),
-                    })
-                    .collect();
-                let res = r.get(&format!("rooms/{room}/search?q={q}&limit={limit}")).await?;
+                let limit = limit.to_string();
+                let res = r.get(&format!("rooms/{room}/search"), &[("q", &query), ("limit", &limit)]).await?;
                 for h in res["results"].as_array().into_iter().flatten() {
                     if json {
                         println!("{h}");

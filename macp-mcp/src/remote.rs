@@ -32,9 +32,9 @@ impl Remote {
         Some(Self { base, token: args.token.clone(), http: reqwest::Client::new() })
     }
 
-    /// `GET /api/{path}` as JSON.
-    pub async fn get(&self, path: &str) -> Result<Value, String> {
-        self.send(self.http.get(format!("{}/api/{path}", self.base))).await
+    /// `GET /api/{path}?{query}` as JSON.
+    pub async fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, String> {
+        self.send(self.http.get(format!("{}/api/{path}", self.base)).query(query)).await
     }
 
     /// `POST /api/{path}` with a JSON body.

@@ -185,8 +185,8 @@ async def check_coordination(c, room: str, co: dict, follow_up: str) -> None:
     expect(by_agent["li"]["by_tag"] == {"dead-end": 1} and by_agent["raj"]["findings"] == 2, f"digest agents {d['agents']}")
     ctx = await call(c, "get_room_context", {"room_id": room})
     shown = {f["finding_id"]: f for f in ctx["findings"]["items"]}
-    if co["hypothesis"] in shown:
-        expect(shown[co["hypothesis"]].get("standing") == "refutes", "the context shows the standing")
+    expect(co["hypothesis"] in shown, "the hypothesis is among the context's latest findings")
+    expect(shown[co["hypothesis"]].get("standing") == "refutes", "the context shows the standing")
     expect(ctx.get("phase", {}).get("marker_id") == "m1", "the context names the current phase")
 
 

@@ -132,11 +132,10 @@ impl Macp {
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;
-        let agent = match via {
-            Channel::Person | Channel::Web => None,
-            Channel::Agent => {
-                Some(self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?.agent_id)
-            }
+        let agent = if via.is_person() {
+            None
+        } else {
+            Some(self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?.agent_id)
         };
         let now = self.now();
         let answer = Answer {

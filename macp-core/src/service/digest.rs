@@ -269,36 +269,48 @@ impl Macp {
         })
     }
 
-    /// The finding `seq` just before the room's first finding posted at or after `t`: a binary
-    /// search, as [`Macp::first_event_at`], so that a window never scans the room from its start.
+    /// The finding `seq` just before the room's first finding posted at or after `t`.
     async fn first_finding_at(&self, room_id: RoomId, t: Timestamp) -> Result<u64> {
         let store = &self.inner.store;
-        let (mut lo, mut hi) = (0u64, store.finding_stats(room_id).await?.last_seq);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            let f = store.list_findings(room_id, &FindingQuery::after(mid - 1, 1)).await?;
-            match f.first() {
-                Some(f) if f.created_at < t => lo = mid,
-                _ => hi = mid - 1,
-            }
-        }
-        Ok(lo)
+        let last = store.finding_stats(room_id).await?.last_seq;
+        last_before(last, t, |seq| async move {
+            Ok(store
+                .list_findings(room_id, &FindingQuery::after(seq - 1, 1))
+                .await?
+                .first()
+                .map(|f| f.created_at))
+        })
+        .await
     }
 
-    /// The feed position just before the room's first event at or after `t`: a binary search
-    /// over the feed (events are appended in time order, up to clock skew between writers).
+    /// The feed position just before the room's first event at or after `t`.
     async fn first_event_at(&self, room_id: RoomId, t: Timestamp) -> Result<u64> {
         let store = &self.inner.store;
-        let (mut lo, mut hi) = (0u64, store.last_event_seq(room_id).await?);
-        // Invariant: events <= lo are before `t`; the first at or after it is <= hi + 1.
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            let e = store.list_events(room_id, mid - 1, &[], 1).await?;
-            match e.first() {
-                Some(e) if e.at < t => lo = mid,
-                _ => hi = mid - 1,
-            }
-        }
-        Ok(lo)
+        let last = store.last_event_seq(room_id).await?;
+        last_before(last, t, |seq| async move {
+            Ok(store.list_events(room_id, seq - 1, &[], 1).await?.first().map(|e| e.at))
+        })
+        .await
     }
+}
+
+/// The highest position in `1..=last` whose item is older than `t` (0 if none), by binary
+/// search: `at(seq)` reads the time of the item at `seq` (`None` if absent). Findings and events
+/// are appended in time order (up to clock skew between writers), so a window never scans a
+/// room from its start.
+async fn last_before<F, Fut>(last: u64, t: Timestamp, at: F) -> Result<u64>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<Timestamp>>>,
+{
+    // Invariant: items <= lo are before `t`; the first at or after it is <= hi + 1.
+    let (mut lo, mut hi) = (0u64, last);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        match at(mid).await? {
+            Some(when) if when < t => lo = mid,
+            _ => hi = mid - 1,
+        }
+    }
+    Ok(lo)
 }

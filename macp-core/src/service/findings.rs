@@ -554,7 +554,7 @@ impl Macp {
     /// Chronological findings of a room, filtered by tags (any of), agent and time range.
     pub async fn timeline(&self, _who: &Principal, q: TimelineQuery) -> Result<FindingPage> {
         let l = &self.inner.limits;
-        self.room(q.room_id).await?;
+        let room = self.room(q.room_id).await?;
         let limit = validate::page_size("limit", q.limit, l.default_page, l.max_page)?;
         let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
         if let (Some(s), Some(u)) = (q.since, q.until)
@@ -562,10 +562,9 @@ impl Macp {
         {
             return Err(Error::invalid("until", "until must be later than since"));
         }
-        let room_rec = self.room(q.room_id).await?;
         let marker_seq = match &q.after_marker {
             None => 0,
-            Some(m) => room_rec.marker(m.trim()).map(|m| m.after_seq).ok_or_else(|| {
+            Some(m) => room.marker(m.trim()).map(|m| m.after_seq).ok_or_else(|| {
                 Error::not_found_hint(
                     "marker",
                     m,

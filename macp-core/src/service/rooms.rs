@@ -632,13 +632,12 @@ impl Macp {
         agent_id: Option<&AgentId>,
         via: Channel,
     ) -> Result<Author> {
-        let agent_id = match via {
-            Channel::Person | Channel::Web => None,
-            Channel::Agent => {
-                let session = self.agent_session(who, room_id, agent_id).await?;
-                self.touch(&session).await;
-                Some(session.agent_id)
-            }
+        let agent_id = if via.is_person() {
+            None
+        } else {
+            let session = self.agent_session(who, room_id, agent_id).await?;
+            self.touch(&session).await;
+            Some(session.agent_id)
         };
         Ok(Author { user_id: who.user_id.clone(), agent_id, channel: via, at: self.now() })
     }
