@@ -79,7 +79,9 @@ resource "aws_cognito_user_pool_client" "agents" {
   allowed_oauth_flows_user_pool_client = true
   allowed_oauth_flows                  = ["code"]
   allowed_oauth_scopes                 = concat(["openid", "email", "profile"], aws_cognito_resource_server.macp.scope_identifiers)
-  callback_urls                        = var.callback_urls
+  # The agents' loopback redirects, and the web view's sign-in (MACP_WEB_CLIENT_ID is this client,
+  # so people's tokens carry the same client_id audience as the agents').
+  callback_urls = concat(var.callback_urls, ["${local.public_url}/auth/callback"])
   supported_identity_providers = concat(
     local.federated ? [aws_cognito_identity_provider.federated[0].provider_name] : [],
     local.allow_cognito_users ? ["COGNITO"] : [],

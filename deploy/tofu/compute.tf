@@ -31,6 +31,7 @@ locals {
       MACP_AUTH_USER_CLAIM       = "username"
       MACP_AUTH_READ_SCOPE       = "${var.resource_server_identifier}/read"
       MACP_AUTH_WRITE_SCOPE      = "${var.resource_server_identifier}/write"
+      MACP_WEB_CLIENT_ID         = aws_cognito_user_pool_client.agents.id
       MACP_AWS_REGION            = var.region
       MACP_AWS_TABLE_PREFIX      = var.name_prefix
       MACP_AWS_ARTIFACT_BUCKET   = aws_s3_bucket.artifacts.bucket

@@ -65,6 +65,9 @@ pub struct AuthConfig {
     pub max_age: Duration,
     /// The MCP endpoint's canonical URL (the `resource`).
     pub resource: String,
+    /// The OAuth public client the web view signs people in as (authorization code + PKCE);
+    /// `None`: the page cannot sign in, and `/api/` takes bearer tokens only.
+    pub web_client_id: Option<String>,
 }
 
 impl AuthConfig {

@@ -32,6 +32,7 @@
 //! | `--auth-read-scope NAME` | `MACP_AUTH_READ_SCOPE` | `auth_read_scope` | not enforced |
 //! | `--auth-write-scope NAME` | `MACP_AUTH_WRITE_SCOPE` | `auth_write_scope` | not enforced |
 //! | `--auth-leeway SECS` | `MACP_AUTH_LEEWAY` | `auth_leeway` | 30 |
+//! | `--web-client-id ID` | `MACP_WEB_CLIENT_ID` | `web_client_id` | none: the web view cannot sign people in (bearer tokens only) |
 //!
 //! With `--backend aws`, the AWS resources come from the environment only (the names the
 //! OpenTofu module in `deploy/tofu` outputs): `MACP_AWS_REGION` (else `AWS_REGION`),
@@ -166,6 +167,10 @@ pub struct ServeArgs {
     /// Seconds of clock skew tolerated on exp / nbf.
     #[arg(long, env = "MACP_AUTH_LEEWAY")]
     pub auth_leeway: Option<u64>,
+    /// OAuth public client id the web view signs people in with (code + PKCE, no secret); its
+    /// redirect URI is `<public URL>/auth/callback`.
+    #[arg(long, env = "MACP_WEB_CLIENT_ID")]
+    pub web_client_id: Option<String>,
 }
 
 /// The TOML file: every key optional.
@@ -228,6 +233,8 @@ pub struct FileConfig {
     pub auth_write_scope: Option<String>,
     /// See `--auth-leeway`.
     pub auth_leeway: Option<u64>,
+    /// See `--web-client-id`.
+    pub web_client_id: Option<String>,
 }
 
 impl FileConfig {
@@ -283,6 +290,10 @@ impl Resolved {
     /// Applies flag > environment (both via clap) > file > default.
     pub fn new(common: &CommonArgs, serve: &ServeArgs) -> Result<Self, String> {
         let file = FileConfig::load(common.config.as_deref())?;
+        let issuer = serve.auth_issuer.is_some() || file.auth_issuer.is_some();
+        if !issuer && (serve.web_client_id.is_some() || file.web_client_id.is_some()) {
+            return Err("--web-client-id needs --auth-issuer: people sign in at the agents' issuer".into());
+        }
         Ok(Self {
             backend: common.backend.or(file.backend).unwrap_or_default(),
             data_dir: common.data_dir.clone().or(file.data_dir).unwrap_or_else(macp_local::default_data_dir),
@@ -385,6 +396,7 @@ impl Resolved {
                         min_refresh: std::time::Duration::from_secs(30),
                         max_age: std::time::Duration::from_secs(3600),
                         resource: String::new(),
+                        web_client_id: serve.web_client_id.clone().or(file.web_client_id),
                     })
                 }
             },

@@ -105,7 +105,7 @@ pub fn router(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts));
+    let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts), None);
     with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts).merge(page).merge(api)
 }
 
@@ -396,15 +396,25 @@ async fn download(
 
 /// An axum router whose `/mcp` requires a bearer token validated by `verifier`, with the
 /// protected-resource metadata at `/.well-known/oauth-protected-resource/mcp` and at
-/// `/.well-known/oauth-protected-resource`.
+/// `/.well-known/oauth-protected-resource`; with [`crate::auth::AuthConfig::web_client_id`], the
+/// web view's sign-in at `/auth/`. Fails only when the sign-in's HTTP client cannot be built.
 pub fn router_with_auth(
     macp: Macp,
     verifier: Verifier,
     opts: &HttpOptions,
     ct: CancellationToken,
-) -> axum::Router {
-    let (page, api) = crate::web::routes(macp.clone(), None, hosts(opts));
-    let api = api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token));
+) -> Result<axum::Router, String> {
+    let public = verifier.config().resource.trim_end_matches("/mcp").to_owned();
+    let signin = match verifier.config().web_client_id.clone() {
+        Some(id) => Some(crate::signin::SignIn::new(verifier.clone(), id, &public)?),
+        None => None,
+    };
+    let (page, api) =
+        crate::web::routes(macp.clone(), None, hosts(opts), signin.as_ref().map(|s| s.routes()));
+    let api = match signin {
+        Some(s) => api.layer(axum::middleware::from_fn_with_state(s, crate::signin::authenticate)),
+        None => api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token)),
+    };
     let mcp = mcp_routes(mcp_service(macp, None, opts, ct), Some(verifier.clone()));
     let app = axum::Router::new()
         .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
@@ -413,7 +423,7 @@ pub fn router_with_auth(
         .merge(mcp)
         .merge(page)
         .merge(api);
-    with_artifacts(app, opts)
+    Ok(with_artifacts(app, opts))
 }
 
 #[cfg(test)]

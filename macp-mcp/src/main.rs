@@ -757,7 +757,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {
             let verifier = Verifier::new(AuthConfig { resource: format!("{public}/mcp"), ..a.clone() })?;
-            router_with_auth(macp, verifier, &opts, ct.child_token())
+            router_with_auth(macp, verifier, &opts, ct.child_token())?
         }
     };
     let signals = Shutdown::listen()?;

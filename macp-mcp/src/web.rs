@@ -15,8 +15,10 @@
 //!   this server never grants; and its `Origin`, when the browser sends one, must be this
 //!   server's.
 //! - **Authentication**: with an OAuth issuer configured, `/api/` takes the same bearer tokens
-//!   as `/mcp` (same scopes, same attribution), and the page says how to reach the room instead
-//!   of showing anything.
+//!   as `/mcp` (same scopes, same attribution) or, with `--web-client-id`, the session cookie of
+//!   a person who signed in in the browser ([`crate::signin`]: code + PKCE, `HttpOnly`,
+//!   `SameSite=Strict`, a CSRF token on changes). Without a session the page shows the sign-in
+//!   and nothing of the rooms.
 
 use std::sync::Arc;
 
@@ -60,14 +62,21 @@ struct Web {
 /// The page and `/api/` routes. `local` is the user everything is done as when auth is off
 /// (`None`: auth is on, and an [`Authenticated`] is expected in the request's extensions, put
 /// there by the token layer wrapping `/api/`). `hosts` are the names accepted in `Host`.
-pub fn routes(macp: Macp, local: Option<Principal>, hosts: Vec<String>) -> (Router, Router) {
+/// `signin`: the browser sign-in's routes, served under the same guards as the page.
+pub fn routes(
+    macp: Macp,
+    local: Option<Principal>,
+    hosts: Vec<String>,
+    signin: Option<Router>,
+) -> (Router, Router) {
     let state = Web { macp, local, hosts: Arc::new(hosts) };
     let page = Router::new()
         .route("/", get(index))
         .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
         .route("/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .merge(signin.unwrap_or_default())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard));
     let api = Router::new()
         .route("/api/me", get(me))
         .route("/api/rooms", get(rooms))
@@ -228,8 +237,11 @@ macro_rules! room {
 async fn me(State(w): State<Web>, req: Request) -> Response {
     match person(&w, req.extensions()) {
         Ok((p, can_write)) => {
-            Json(serde_json::json!({"user_id": p.user_id, "can_write": can_write, "auth": w.local.is_none()}))
-                .into_response()
+            // `csrf`: what a change made with a session cookie must carry (see crate::signin).
+            let csrf = req.extensions().get::<crate::signin::WebSession>().map(|s| s.csrf.clone());
+            Json(serde_json::json!({"user_id": p.user_id, "can_write": can_write, "auth": w.local.is_none(),
+                                    "csrf": csrf}))
+            .into_response()
         }
         Err(e) => failed(&e),
     }

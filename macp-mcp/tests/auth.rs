@@ -151,6 +151,7 @@ fn config(jwks_url: &str, base: &str) -> AuthConfig {
         min_refresh: Duration::from_secs(30),
         max_age: Duration::from_secs(3600),
         resource: format!("{base}/mcp"),
+        web_client_id: None,
     }
 }
 
@@ -159,7 +160,8 @@ async fn serve(make: impl FnOnce(String) -> AuthConfig) -> Server {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
     let verifier = Verifier::new(make(base.clone())).unwrap();
-    let app = router_with_auth(macp.clone(), verifier, &HttpOptions::default(), CancellationToken::new());
+    let app =
+        router_with_auth(macp.clone(), verifier, &HttpOptions::default(), CancellationToken::new()).unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Server { base, macp }
 }

@@ -48,6 +48,12 @@ fn an_issuer_without_an_audience_is_refused() {
 }
 
 #[test]
+fn a_web_client_without_an_issuer_is_refused() {
+    let err = refused_at_start(&["serve", "--bind", "127.0.0.1:0", "--web-client-id", "macp-web"]);
+    assert!(err.contains("--web-client-id needs --auth-issuer"), "{err}");
+}
+
+#[test]
 fn auth_on_an_unspecified_address_needs_a_public_url() {
     let err = refused_at_start(&[
         "serve",

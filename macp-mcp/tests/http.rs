@@ -45,13 +45,15 @@ async fn serve_with_auth() -> String {
         min_refresh: Duration::from_secs(30),
         max_age: Duration::from_secs(3600),
         resource: "http://127.0.0.1/mcp".into(),
+        web_client_id: None,
     };
     let app = router_with_auth(
         macp,
         Verifier::new(cfg).unwrap(),
         &HttpOptions::default(),
         CancellationToken::new(),
-    );
+    )
+    .unwrap();
     spawn(app).await
 }
 

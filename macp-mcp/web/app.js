@@ -48,6 +48,8 @@ async function api(path, opts) {
     o.method = o.method || "POST";
     o.headers["Content-Type"] = "application/json";
     o.headers["X-MACP-Web"] = "1";
+    // A signed-in browser session's changes carry its CSRF token (from /api/me).
+    if (me && me.csrf) o.headers["X-MACP-CSRF"] = me.csrf;
     o.body = JSON.stringify(o.body);
   }
   o.credentials = "same-origin";
@@ -57,7 +59,8 @@ async function api(path, opts) {
   if (!r.ok) {
     const e = (data && data.error) || { code: "http_" + r.status, message: r.statusText };
     const err = new Error(e.code + ": " + e.message);
-    err.code = e.code; err.status = r.status;
+    err.code = e.code; err.status = r.status; err.signIn = e.sign_in;
+    if (r.status === 401 && me) { me = null; setTimeout(route, 0); }
     throw err;
   }
   return data;
@@ -80,10 +83,15 @@ async function route() {
   try {
     if (!me) {
       me = await api("/api/me");
-      $user.textContent = me.user_id + (me.can_write ? "" : " (read only)");
+      clear($user).append(me.user_id + (me.can_write ? "" : " (read only)"));
+      if (me.csrf) {
+        const out = el("button", { id: "signout", type: "button" }, "Sign out");
+        out.addEventListener("click", () => act(api("/auth/logout", { body: {} }), () => { me = null; clear($user); route(); }));
+        $user.append(" ", out);
+      }
     }
   } catch (e) {
-    if (e.status === 401) return signIn();
+    if (e.status === 401) return signIn(e.signIn);
     return showError(e.message);
   }
   const m = h.match(/^#\/room\/([0-9a-fA-F-]{36})/);
@@ -91,11 +99,23 @@ async function route() {
   return roomsPage();
 }
 
-function signIn() {
+function signIn(path) {
+  stopLive();
   $crumb.textContent = "";
+  clear($user);
+  if (path) {
+    // The server runs the sign-in (code + PKCE) and comes back to this place in the page.
+    const href = path + "?next=" + encodeURIComponent(location.hash || "#/");
+    clear($main).append(el("div", { class: "panel", id: "signin" },
+      el("h4", {}, "Sign in"),
+      el("p", {}, "This server requires authentication. Sign in with your organisation's account:"),
+      el("p", {}, el("a", { href: href, id: "signin-link", class: "button" }, "Sign in")),
+    ));
+    return;
+  }
   clear($main).append(el("div", { class: "panel", id: "signin" },
     el("h4", {}, "Sign in"),
-    el("p", {}, "This server requires authentication. Signing in from the browser is not available in this version:"),
+    el("p", {}, "This server requires authentication, and no browser sign-in is configured (--web-client-id):"),
     el("p", {}, "reach the room through your agent, or with `macp` commands and your token."),
   ));
 }

@@ -13,6 +13,9 @@ person's answer through the web channel; a phase marked in the page is the room'
 refuted hypothesis is marked as such; a state-changing request without the page's header, or
 from another origin, is refused; every response carries the Content-Security-Policy. With auth
 on, the page without a session gets the sign-in and never the data, and the API refuses it;
+a person signs in at an issuer (tests/e2e/oauth_issuer.py: code + PKCE, public client) and lands
+back in the room; the session cookie is HttpOnly and SameSite=Strict, changes need its CSRF
+token, an expired access token is refreshed, signing out ends the session on the server;
 `macp timeline`, `macp search` and `macp decide` reach the server with the user's token.
 
 --bench N seeds a room with N findings and prints the room page's first render (ms) and page
@@ -39,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import auth_e2e  # noqa: E402
 import mcp_e2e  # noqa: E402
+import oauth_issuer  # noqa: E402
 from mcp_e2e import Failure, call, expect, session  # noqa: E402
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -243,14 +247,25 @@ def bench_room(url: str, base: str, d, n: int, shots: str | None) -> dict:
             "runs_ms": [round(m["render"] + m["dom"]) for m in runs]}
 
 
-def run_auth_on(macp: str) -> None:
+def run_auth_on(macp: str) -> dict:
+    """Auth on, with browser sign-in: the page shows nothing without a session; a person signs
+    in at the issuer (code + PKCE, public client); the session cookie is HttpOnly and
+    SameSite=Strict; changes need the session's CSRF token; an expired access token is
+    refreshed; signing out ends the session."""
     rsa_key, _, doc = auth_e2e.keys()
-    jwks = auth_e2e.serve_jwks(doc)
-    args = ["--embedder", "none", "--auth-issuer", auth_e2e.ISSUER, "--auth-jwks-url", jwks, "--auth-audience", auth_e2e.AUDIENCE]
-    token = auth_e2e.token(rsa_key, "rsa-e2e", "RS256", "ana", "macp:read macp:write")
+    # Tokens from the token endpoint live 3 s (and the server allows no clock skew), so the
+    # session must refresh while the test runs.
+    iss = oauth_issuer.Issuer(rsa_key, "rsa-e2e", "RS256", auth_e2e.AUDIENCE, "macp-web", "macp:read macp:write", access_ttl=3)
+    iss.jwks = doc
+    args = ["--embedder", "none", "--auth-issuer", iss.url, "--auth-audience", auth_e2e.AUDIENCE,
+            "--auth-read-scope", "macp:read", "--auth-write-scope", "macp:write", "--auth-leeway", "0",
+            "--web-client-id", "macp-web"]
+    token = iss.access_token("ana", ttl=900)
+    out: dict = {}
     with tempfile.TemporaryDirectory() as work:
         proc, url = mcp_e2e.start_server(macp, os.path.join(work, "data"), args, {})
         base = url.removesuffix("/mcp")
+        iss.redirect_uris.add(base + "/auth/callback")
         d = browser()
         try:
             async def make() -> tuple[str, str]:
@@ -264,31 +279,84 @@ def run_auth_on(macp: str) -> None:
             room, decision = asyncio.run(make())
             # The person's commands against the team server, with the user's token.
             remote = ["--server", base, "--token", token]
-            out = subprocess.run([macp, "timeline", room, "--json", *remote], capture_output=True, text=True, timeout=60)
-            expect(out.returncode == 0 and "pool exhausted" in out.stdout, f"macp timeline --server: {out.stderr}")
-            out = subprocess.run([macp, "search", room, "pool", *remote], capture_output=True, text=True, timeout=60)
-            expect(out.returncode == 0 and "pool exhausted" in out.stdout, f"macp search --server: {out.stderr}")
-            out = subprocess.run([macp, "decide", room, decision, "yes, fail over", *remote], capture_output=True, text=True, timeout=60)
-            expect(out.returncode == 0, f"macp decide --server: {out.stderr}")
+            out_ = subprocess.run([macp, "timeline", room, "--json", *remote], capture_output=True, text=True, timeout=60)
+            expect(out_.returncode == 0 and "pool exhausted" in out_.stdout, f"macp timeline --server: {out_.stderr}")
+            out_ = subprocess.run([macp, "search", room, "pool", *remote], capture_output=True, text=True, timeout=60)
+            expect(out_.returncode == 0 and "pool exhausted" in out_.stdout, f"macp search --server: {out_.stderr}")
+            out_ = subprocess.run([macp, "decide", room, decision, "yes, fail over", *remote], capture_output=True, text=True, timeout=60)
+            expect(out_.returncode == 0, f"macp decide --server: {out_.stderr}")
             ans = httpx2.get(f"{base}/api/rooms/{room}/decisions", headers={"Authorization": f"Bearer {token}"}).json()[0]["answer"]
             expect(ans["user_id"] == "ana" and ans["channel"] == "web" and "agent_id" not in ans, f"the person's answer: {ans}")
-            out = subprocess.run([macp, "timeline", room, "--server", base], capture_output=True, text=True, timeout=60)
-            expect(out.returncode != 0 and "unauthenticated" in out.stderr, f"without a token: {out.stderr!r}")
+            out_ = subprocess.run([macp, "timeline", room, "--server", base], capture_output=True, text=True, timeout=60)
+            expect(out_.returncode != 0 and "unauthenticated" in out_.stderr, f"without a token: {out_.stderr!r}")
             r = httpx2.get(f"{base}/api/rooms")
             expect(r.status_code == 401, f"the API without a token: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Authorization": f"Bearer {token}"})
             expect(r.status_code == 200 and r.json()[0]["room"]["room_id"] == room, "the API with the user's token")
-            d.get(base + "/")
-            wait_for("the sign-in", lambda: d.find_elements(By.ID, "signin"))
+            r = httpx2.get(f"{base}/api/rooms", headers={"Cookie": "macp_session=made-up"})
+            expect(r.status_code == 401, f"a made-up session: {r.status_code}")
+
+            # No session: the sign-in, and nothing of the room.
             d.get(f"{base}/#/room/{room}")
-            wait_for("the sign-in", lambda: d.find_elements(By.ID, "signin"))
+            wait_for("the sign-in", lambda: d.find_elements(By.ID, "signin-link"))
             page = d.find_element(By.TAG_NAME, "body").text
-            expect("SECRET-ROOM" not in page and "hidden" not in page and not d.find_elements(By.CSS_SELECTOR, "[data-room]"),
-                   "no data without a session")
+            expect("SECRET-ROOM" not in page and "hidden" not in page and "pool exhausted" not in page
+                   and not d.find_elements(By.CSS_SELECTOR, "[data-room]"), "no data without a session")
+
+            # A person signs in at the issuer and lands back in the room.
+            t0 = time.monotonic()
+            d.find_element(By.ID, "signin-link").click()
+            wait_for("the issuer's form", lambda: d.find_elements(By.ID, "username"))
+            expect(d.current_url.startswith(iss.url + "/authorize"), f"at the issuer: {d.current_url}")
+            d.find_element(By.ID, "username").send_keys("ben")
+            d.find_element(By.ID, "login").click()
+            wait_for("the room after signing in", lambda: "pool exhausted" in d.find_element(By.TAG_NAME, "body").text)
+            out["sign_in_ms"] = round((time.monotonic() - t0) * 1000)
+            expect(d.current_url == f"{base}/#/room/{room}", f"back where the person was: {d.current_url}")
+            expect("ben" in d.find_element(By.ID, "user").text, "the page names the signed-in person")
+            tr = iss.token_requests[0]
+            expect(tr["grant_type"] == "authorization_code" and len(tr.get("code_verifier", "")) >= 43
+                   and "client_secret" not in tr, f"code exchanged with a PKCE verifier and no secret: {sorted(tr)}")
+            cookie = d.get_cookie("macp_session")
+            expect(cookie is not None and cookie["httpOnly"] and cookie.get("sameSite") == "Strict",
+                   f"the session cookie is HttpOnly and SameSite=Strict: {cookie}")
+            expect("macp_session" not in d.execute_script("return document.cookie"), "scripts cannot read the session")
+
+            # A change from the page carries the CSRF token; the same change without it is refused.
+            d.find_element(By.CSS_SELECTOR, "#mark input").send_keys("failover started")
+            d.find_element(By.CSS_SELECTOR, "#mark button").click()
+            wait_for("the phase in the header", lambda: "failover started" in d.find_element(By.ID, "roomhead").text)
+            jar = {"Cookie": f"macp_session={cookie['value']}"}
+            phase = httpx2.get(f"{base}/api/rooms/{room}/context", headers=jar).json()["phase"]
+            expect(phase["by"]["user_id"] == "ben" and phase["by"]["channel"] == "web", f"the marker is ben's: {phase}")
+            steer = f"{base}/api/rooms/{room}/steer"
+            r = httpx2.post(steer, json={"marker": "forged"}, headers={**jar, "X-MACP-Web": "1"})
+            expect(r.status_code == 403 and r.json()["error"]["code"] == "csrf", f"a change without the CSRF token: {r.status_code} {r.text}")
+            r = httpx2.post(steer, json={"marker": "forged"}, headers={**jar, "X-MACP-Web": "1", "X-MACP-CSRF": "guess"})
+            expect(r.status_code == 403, f"a change with a wrong CSRF token: {r.status_code}")
+
+            # The access token (3 s) expires; the session refreshes it and goes on.
+            time.sleep(4)
+            d.refresh()
+            wait_for("the room after the token expired", lambda: "pool exhausted" in d.find_element(By.TAG_NAME, "body").text)
+            expect(any(t["grant_type"] == "refresh_token" for t in iss.token_requests), "the session refreshed its token")
+            expect(not d.find_elements(By.ID, "signin"), "still signed in")
+            no_alert(d)
+
+            # Signing out ends the session on the server, not only in the browser.
+            d.find_element(By.ID, "signout").click()
+            wait_for("the sign-in after signing out", lambda: d.find_elements(By.ID, "signin-link"))
+            r = httpx2.get(f"{base}/api/rooms", headers=jar)
+            expect(r.status_code == 401, f"the old session after signing out: {r.status_code}")
+            # A forged callback (state not started in this browser) opens nothing.
+            r = httpx2.get(f"{base}/auth/callback?code=x&state=y", headers={"Cookie": "macp_login=z"})
+            expect(r.status_code == 400 and "set-cookie" not in r.headers, f"a forged callback: {r.status_code}")
         finally:
             d.quit()
+            iss.close()
             proc.terminate()
             proc.wait(timeout=30)
+    return out
 
 
 def main() -> None:
@@ -300,7 +368,7 @@ def main() -> None:
     if a.screenshots:
         os.makedirs(a.screenshots, exist_ok=True)
     out = run_auth_off(a.macp, a.screenshots, a.bench)
-    run_auth_on(a.macp)
+    out["auth_on"] = run_auth_on(a.macp)
     print(json.dumps({"ok": True, **out}))
 
 
