@@ -73,13 +73,22 @@ pub struct AuthConfig {
 impl AuthConfig {
     /// The URL of the protected-resource metadata, as advertised in challenges.
     pub fn metadata_url(&self) -> String {
-        let base = self.resource.trim_end_matches("/mcp").trim_end_matches('/');
-        format!("{base}/.well-known/oauth-protected-resource/mcp")
+        format!("{}/.well-known/oauth-protected-resource/mcp", self.base_url())
+    }
+
+    /// The server's public base URL: the resource without `/mcp`.
+    pub fn base_url(&self) -> &str {
+        self.resource.trim_end_matches("/mcp").trim_end_matches('/')
+    }
+
+    /// The configured scopes, read then write.
+    pub fn scopes(&self) -> impl Iterator<Item = String> + '_ {
+        self.read_scope.iter().chain(self.write_scope.iter()).cloned()
     }
 
     /// The metadata document (RFC 9728).
     pub fn metadata(&self) -> Value {
-        let scopes: Vec<&String> = self.read_scope.iter().chain(self.write_scope.iter()).collect();
+        let scopes: Vec<String> = self.scopes().collect();
         json!({
             "resource": self.resource,
             "authorization_servers": [self.issuer],

@@ -105,7 +105,7 @@ pub fn router(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> axum::Router {
-    let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts), None);
+    let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts), None, |api| api);
     with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts).merge(page).merge(api)
 }
 
@@ -404,16 +404,17 @@ pub fn router_with_auth(
     opts: &HttpOptions,
     ct: CancellationToken,
 ) -> Result<axum::Router, String> {
-    let public = verifier.config().resource.trim_end_matches("/mcp").to_owned();
     let signin = match verifier.config().web_client_id.clone() {
-        Some(id) => Some(crate::signin::SignIn::new(verifier.clone(), id, &public)?),
+        Some(id) => Some(crate::signin::SignIn::new(verifier.clone(), id, verifier.config().base_url())?),
         None => None,
     };
-    let (page, api) =
-        crate::web::routes(macp.clone(), None, hosts(opts), signin.as_ref().map(|s| s.routes()));
-    let api = match signin {
-        Some(s) => api.layer(axum::middleware::from_fn_with_state(s, crate::signin::authenticate)),
-        None => api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token)),
+    let (page, api) = match signin {
+        Some(s) => crate::web::routes(macp.clone(), None, hosts(opts), Some(s.routes()), |api| {
+            api.layer(axum::middleware::from_fn_with_state(s, crate::signin::authenticate))
+        }),
+        None => crate::web::routes(macp.clone(), None, hosts(opts), None, |api| {
+            api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token))
+        }),
     };
     let mcp = mcp_routes(mcp_service(macp, None, opts, ct), Some(verifier.clone()));
     let app = axum::Router::new()

@@ -6,24 +6,30 @@
 //! - The page never holds a token: the server exchanges the code, keeps the access token (and
 //!   the refresh token, when the issuer gives one) in its memory, and checks the access token
 //!   with the same [`Verifier`] on every request, so the person has exactly the scopes and the
-//!   attribution their token gives an agent. An expired token is refreshed once; when that
-//!   fails the session ends and the page offers the sign-in again.
-//! - Login CSRF: the `state` sent to the issuer must come back in the same browser (a `Lax`
-//!   cookie set when the flow started), and is good for one use within [`LOGIN_TTL`].
+//!   attribution their token gives an agent. An expired token is refreshed, once per session
+//!   however many requests notice it; when the issuer refuses, the session ends and the page
+//!   offers the sign-in again.
+//! - Login CSRF: the `state` sent to the issuer must come back in the same browser: it is kept,
+//!   with the PKCE verifier, in an `HttpOnly` `Lax` cookie set when the flow started and good for
+//!   [`LOGIN_TTL`]. The server keeps nothing for a sign-in in flight, so unauthenticated
+//!   requests cannot fill its memory or lock others out. On https the cookies carry the
+//!   `__Host-` prefix (no sibling domain can plant them).
 //! - Request forgery: besides the web view's own guards (a JSON `POST` with `X-MACP-Web`, and a
 //!   matching `Origin`), a change made with a session cookie must carry the session's CSRF token
 //!   in `X-MACP-CSRF`; the page reads it from `/api/me`, which no other origin can read.
 //! - Sessions live in this process (a restart asks people to sign in again) and are bounded:
-//!   [`MAX_SESSIONS`] at once, [`MAX_PENDING`] unfinished sign-ins, each session at most
-//!   [`SESSION_TTL`]. Endpoints come from the issuer's OpenID configuration (or its RFC 8414
-//!   metadata).
+//!   [`MAX_SESSIONS`] at once, [`MAX_SESSIONS_PER_USER`] per person (their oldest gives way),
+//!   each at most [`SESSION_TTL`]. Endpoints come from the issuer's OpenID configuration (or its
+//!   RFC 8414 metadata), whose `issuer` must be the configured one.
+//! - The issuer being unreachable is not a refusal: the answer is 503 with `Retry-After`, and a
+//!   session whose refresh failed that way is kept.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -36,10 +42,11 @@ use sha2::Digest;
 use tokio::sync::Mutex;
 
 use crate::auth::{Denied, Verifier};
+use crate::server::Authenticated;
 
-/// The session cookie.
+/// The session cookie (`__Host-macp_session` on https).
 pub const SESSION_COOKIE: &str = "macp_session";
-/// The cookie binding a sign-in in flight to the browser that started it.
+/// The cookie carrying a sign-in in flight (state, PKCE verifier, place to return to).
 const LOGIN_COOKIE: &str = "macp_login";
 /// The header carrying the session's CSRF token on changes.
 pub const CSRF_TOKEN_HEADER: &str = "x-macp-csrf";
@@ -49,8 +56,8 @@ pub const LOGIN_TTL: Duration = Duration::from_secs(600);
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Sessions held at once; a sign-in beyond it is refused (503, retry) until one ends.
 pub const MAX_SESSIONS: usize = 10_000;
-/// Sign-ins in flight at once (unauthenticated requests create them, so they are bounded).
-pub const MAX_PENDING: usize = 1_000;
+/// Sessions one person may hold at once; a new sign-in ends their oldest beyond it.
+pub const MAX_SESSIONS_PER_USER: usize = 20;
 
 /// A signed-in person's session, as the API handlers see it.
 #[derive(Debug, Clone)]
@@ -65,18 +72,23 @@ struct Endpoints {
     token: String,
 }
 
-struct Pending {
-    code_verifier: String,
-    /// The page to return to: a fragment of `/` (`#/room/…`), never another URL.
-    next: String,
-    at: Instant,
-}
-
 struct Session {
+    user: String,
     access: String,
     refresh: Option<String>,
     csrf: String,
     at: Instant,
+    /// Held while this session's token is refreshed: the concurrent requests of one page wait
+    /// for one refresh instead of each spending the (often single-use) refresh token.
+    refreshing: Arc<Mutex<()>>,
+}
+
+/// Why the token endpoint gave no token.
+enum TokenError {
+    /// The grant is refused (`invalid_grant`, …): sign in again.
+    Refused(String),
+    /// The issuer could not be reached or failed: retry later, the grant may be fine.
+    Unavailable(String),
 }
 
 /// Browser sign-in: its routes and the layer that authenticates `/api/` by bearer token or by
@@ -94,18 +106,16 @@ struct Inner {
     scope: String,
     http: reqwest::Client,
     endpoints: Mutex<Option<Endpoints>>,
-    pending: Mutex<HashMap<String, Pending>>,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
 impl SignIn {
     /// Sign-in for the server whose public base URL is `public` (`https://…` makes the cookies
-    /// `Secure`), as OAuth public client `client_id`.
+    /// `Secure` and `__Host-`), as OAuth public client `client_id`, asking for `openid` and the
+    /// configured read and write scopes.
     pub fn new(verifier: Verifier, client_id: String, public: &str) -> Result<Self, String> {
-        let cfg = verifier.config();
-        let scope = std::iter::once("openid")
-            .chain(cfg.read_scope.as_deref())
-            .chain(cfg.write_scope.as_deref())
+        let scope = std::iter::once("openid".to_owned())
+            .chain(verifier.config().scopes())
             .collect::<Vec<_>>()
             .join(" ");
         let http = reqwest::Client::builder()
@@ -123,7 +133,6 @@ impl SignIn {
                 scope,
                 http,
                 endpoints: Mutex::default(),
-                pending: Mutex::default(),
                 sessions: Mutex::default(),
             }),
         })
@@ -138,10 +147,10 @@ impl SignIn {
             .with_state(self.clone())
     }
 
-    /// The issuer's endpoints, discovered once.
+    /// The issuer's endpoints, discovered once (a failure is not kept: the next sign-in tries
+    /// again).
     async fn endpoints(&self) -> Result<Endpoints, String> {
-        let mut held = self.inner.endpoints.lock().await;
-        if let Some(e) = held.as_ref() {
+        if let Some(e) = self.inner.endpoints.lock().await.as_ref() {
             return Ok(e.clone());
         }
         let issuer = self.inner.verifier.config().issuer.trim_end_matches('/').to_owned();
@@ -154,46 +163,132 @@ impl SignIn {
                 r.json::<Value>().await.map_err(|e| e.to_string())
             }
             .await;
-            match got {
-                Ok(v) => match (v["authorization_endpoint"].as_str(), v["token_endpoint"].as_str()) {
-                    (Some(a), Some(t)) => {
-                        let e = Endpoints { authorize: a.to_owned(), token: t.to_owned() };
-                        *held = Some(e.clone());
-                        return Ok(e);
-                    }
-                    _ => last = format!("{url} names no authorization_endpoint and token_endpoint"),
-                },
-                Err(e) => last = format!("{url}: {e}"),
+            let v = match got {
+                Ok(v) => v,
+                Err(e) => {
+                    last = format!("{url}: {e}");
+                    continue;
+                }
+            };
+            // Mix-up defence (RFC 8414, 3.3): the document must speak for this issuer.
+            if v["issuer"].as_str().map(|i| i.trim_end_matches('/')) != Some(issuer.as_str()) {
+                last = format!("{url} speaks for issuer {}, not {issuer}", v["issuer"]);
+                continue;
             }
+            if let (Some(a), Some(t)) = (v["authorization_endpoint"].as_str(), v["token_endpoint"].as_str()) {
+                let e = Endpoints { authorize: a.to_owned(), token: t.to_owned() };
+                *self.inner.endpoints.lock().await = Some(e.clone());
+                return Ok(e);
+            }
+            last = format!("{url} names no authorization_endpoint and token_endpoint");
         }
-        Err(format!("the issuer's sign-in endpoints could not be found ({last})"))
+        Err(format!("its sign-in endpoints could not be found ({last})"))
     }
 
     /// Exchanges `form` at the token endpoint: the access token and the refresh token.
-    async fn token(&self, form: &[(&str, &str)]) -> Result<(String, Option<String>), String> {
-        let ep = self.endpoints().await?;
-        let r = self.inner.http.post(&ep.token).form(form).send().await.map_err(|e| e.to_string())?;
+    async fn token(&self, form: &[(&str, &str)]) -> Result<(String, Option<String>), TokenError> {
+        let ep = self.endpoints().await.map_err(TokenError::Unavailable)?;
+        let r = self
+            .inner
+            .http
+            .post(&ep.token)
+            .form(form)
+            .send()
+            .await
+            .map_err(|e| TokenError::Unavailable(format!("its token endpoint cannot be reached: {e}")))?;
         let status = r.status();
-        let body: Value = r.json().await.map_err(|e| format!("the token endpoint answered {status}: {e}"))?;
+        if status.is_server_error() {
+            return Err(TokenError::Unavailable(format!("its token endpoint answered {status}")));
+        }
+        let body: Value = r
+            .json()
+            .await
+            .map_err(|e| TokenError::Unavailable(format!("its token endpoint answered {status}: {e}")))?;
         if !status.is_success() {
-            return Err(format!(
-                "the token endpoint refused: {} {}",
+            return Err(TokenError::Refused(format!(
+                "the issuer refused the grant: {} {}",
                 body["error"].as_str().unwrap_or("?"),
                 body["error_description"].as_str().unwrap_or("")
-            ));
+            )));
         }
-        let access =
-            body["access_token"].as_str().ok_or("the token endpoint gave no access_token")?.to_owned();
+        let access = body["access_token"]
+            .as_str()
+            .ok_or_else(|| TokenError::Refused("the token endpoint gave no access_token".into()))?
+            .to_owned();
         Ok((access, body["refresh_token"].as_str().map(str::to_owned)))
     }
 
-    fn cookie(&self, name: &str, value: &str, same_site: &str, max_age: Duration) -> HeaderValue {
+    /// A cookie's name as set and read: `__Host-` on https.
+    fn name(&self, base: &str) -> String {
+        if self.inner.secure { format!("__Host-{base}") } else { base.to_owned() }
+    }
+
+    fn cookie(&self, base: &str, value: &str, same_site: &str, max_age: Duration) -> HeaderValue {
         let secure = if self.inner.secure { "; Secure" } else { "" };
         let v = format!(
-            "{name}={value}; Path=/; HttpOnly; SameSite={same_site}; Max-Age={}{secure}",
+            "{}={value}; Path=/; HttpOnly; SameSite={same_site}; Max-Age={}{secure}",
+            self.name(base),
             max_age.as_secs()
         );
         HeaderValue::from_str(&v).expect("cookie values are base64url")
+    }
+
+    fn session_id<'a>(&self, headers: &'a HeaderMap) -> Option<&'a str> {
+        cookie_value(headers, &self.name(SESSION_COOKIE))
+    }
+
+    /// Renews session `id`, whose access token `stale` was refused (expired, most likely):
+    /// one refresh at a time per session, and a request that waited uses the token the other
+    /// got. The session ends only when the issuer refuses the grant, never because the issuer
+    /// is unreachable.
+    async fn refresh(
+        &self,
+        id: &str,
+        stale: &str,
+        refreshing: &Mutex<()>,
+        why: String,
+    ) -> Result<Authenticated, Response> {
+        let _one = refreshing.lock().await;
+        let held = self.inner.sessions.lock().await.get(id).map(|x| (x.access.clone(), x.refresh.clone()));
+        let Some((access, refresh)) = held else {
+            return Err(signed_out("your session has ended; sign in again".into()));
+        };
+        if access != stale {
+            return match self.inner.verifier.verify(&access).await {
+                Ok(w) => Ok(w),
+                Err(Denied::KeysUnavailable(e)) => Err(unavailable(e)),
+                Err(Denied::Token(t)) => Err(self.end(id, t.0).await),
+            };
+        }
+        let Some(r) = refresh else { return Err(self.end(id, why).await) };
+        let grant = [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", r.as_str()),
+            ("client_id", &self.inner.client_id),
+        ];
+        let (access, new_refresh) = match self.token(&grant).await {
+            Ok(t) => t,
+            Err(TokenError::Unavailable(e)) => return Err(unavailable(e)),
+            Err(TokenError::Refused(e)) => return Err(self.end(id, e).await),
+        };
+        match self.inner.verifier.verify(&access).await {
+            Ok(w) => {
+                if let Some(x) = self.inner.sessions.lock().await.get_mut(id) {
+                    x.access = access;
+                    x.refresh = new_refresh.or(Some(r));
+                }
+                Ok(w)
+            }
+            Err(Denied::KeysUnavailable(e)) => Err(unavailable(e)),
+            Err(Denied::Token(t)) => Err(self.end(id, t.0).await),
+        }
+    }
+
+    /// Ends session `id`, whose token cannot be renewed: the answer that says so.
+    async fn end(&self, id: &str, why: String) -> Response {
+        tracing::info!(reason = %why, "web session ended");
+        self.inner.sessions.lock().await.remove(id);
+        signed_out(format!("your session has ended ({why}); sign in again"))
     }
 }
 
@@ -202,6 +297,20 @@ fn random() -> String {
     let mut b = [0u8; 32];
     getrandom::fill(&mut b).expect("the operating system's random source");
     URL_SAFE_NO_PAD.encode(b)
+}
+
+/// Equal, in a time that does not depend on where they differ (CSRF tokens, states).
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The page to return to after signing in: a place in this page (`#/`, `#/room/<id>`), never
+/// another URL, and nothing that could not stand in a `Location` header.
+fn place(next: &str) -> &str {
+    let ok = next.starts_with("#/")
+        && next.len() <= 100
+        && next[1..].chars().all(|c| c.is_ascii_alphanumeric() || c == '/' || c == '-');
+    if ok { next } else { "" }
 }
 
 /// A cookie's value from the request's `Cookie` headers.
@@ -216,9 +325,22 @@ pub fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-fn refuse(status: StatusCode, code: &str, message: String, retryable: bool) -> Response {
-    let body = json!({"error": {"code": code, "message": message, "retryable": retryable, "sign_in": "/auth/login"}});
-    (status, Json(body)).into_response()
+fn signed_out(message: String) -> Response {
+    let body = json!({"error": {"code": "unauthenticated", "message": message, "retryable": false,
+                                "sign_in": "/auth/login"}});
+    (StatusCode::UNAUTHORIZED, Json(body)).into_response()
+}
+
+fn unavailable(why: String) -> Response {
+    tracing::warn!(reason = %why, "the sign-in issuer is unavailable");
+    let mut resp = crate::web::refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "backend",
+        format!("the sign-in issuer is unavailable ({why}); retry shortly"),
+    );
+    let h = resp.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    resp
 }
 
 fn redirect(to: &str) -> Response {
@@ -231,34 +353,16 @@ struct LoginQuery {
     next: String,
 }
 
-/// Starts a sign-in: remembers a PKCE verifier under a fresh `state` and sends the browser to
-/// the issuer.
+/// Starts a sign-in: a fresh `state` and PKCE verifier, kept in the browser's login cookie, and
+/// the browser sent to the issuer.
 async fn login(State(s): State<SignIn>, Query(q): Query<LoginQuery>) -> Response {
     let ep = match s.endpoints().await {
         Ok(e) => e,
-        Err(e) => {
-            tracing::warn!(error = %e, "sign-in unavailable");
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "backend", e, true);
-        }
+        Err(e) => return unavailable(e),
     };
-    // Only a place in this page: anything else would make the sign-in an open redirect.
-    let next = if q.next.starts_with("#/") && q.next.len() <= 200 { q.next } else { String::new() };
     let state = random();
     let code_verifier = random();
     let challenge = URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(code_verifier.as_bytes()));
-    {
-        let mut pending = s.inner.pending.lock().await;
-        pending.retain(|_, p| p.at.elapsed() < LOGIN_TTL);
-        if pending.len() >= MAX_PENDING {
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "capacity_exceeded",
-                format!("{MAX_PENDING} sign-ins are in flight; retry in a minute"),
-                true,
-            );
-        }
-        pending.insert(state.clone(), Pending { code_verifier, next, at: Instant::now() });
-    }
     let url = match reqwest::Url::parse_with_params(
         &ep.authorize,
         &[
@@ -272,18 +376,13 @@ async fn login(State(s): State<SignIn>, Query(q): Query<LoginQuery>) -> Response
         ],
     ) {
         Ok(u) => u,
-        Err(e) => {
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "backend",
-                format!("the issuer's authorization endpoint is not a URL: {e}"),
-                false,
-            );
-        }
+        Err(e) => return unavailable(format!("its authorization endpoint is not a URL: {e}")),
     };
     let mut resp = redirect(url.as_str());
-    // Lax: it must come back on the issuer's redirect, a cross-site navigation.
-    resp.headers_mut().append(header::SET_COOKIE, s.cookie(LOGIN_COOKIE, &state, "Lax", LOGIN_TTL));
+    // `state.verifier.place`, all base64url. Lax: it must come back on the issuer's redirect,
+    // a cross-site navigation.
+    let value = format!("{state}.{code_verifier}.{}", URL_SAFE_NO_PAD.encode(place(&q.next)));
+    resp.headers_mut().append(header::SET_COOKIE, s.cookie(LOGIN_COOKIE, &value, "Lax", LOGIN_TTL));
     resp
 }
 
@@ -298,188 +397,153 @@ struct CallbackQuery {
 /// The issuer's redirect back: checks `state` against the browser's, exchanges the code with
 /// its verifier, checks the token as an agent's would be, and opens a session.
 async fn callback(State(s): State<SignIn>, headers: HeaderMap, Query(q): Query<CallbackQuery>) -> Response {
-    let Some(state) = q.state.filter(|st| cookie_value(&headers, LOGIN_COOKIE) == Some(st.as_str())) else {
-        return refuse(
+    let held = cookie_value(&headers, &s.name(LOGIN_COOKIE)).and_then(|v| {
+        let mut p = v.splitn(3, '.');
+        Some((p.next()?, p.next()?, p.next()?))
+    });
+    let Some((_, code_verifier, next)) =
+        held.filter(|(st, _, _)| q.state.as_deref().is_some_and(|q| same(q, st)))
+    else {
+        return crate::web::refuse(
             StatusCode::BAD_REQUEST,
             "invalid_input",
-            "this sign-in was not started in this browser (state mismatch); start again".into(),
-            false,
+            "this sign-in was not started in this browser, or took longer than 10 minutes; start again"
+                .into(),
         );
     };
-    let Some(p) = s.inner.pending.lock().await.remove(&state).filter(|p| p.at.elapsed() < LOGIN_TTL) else {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "invalid_input",
-            "this sign-in has expired or was already used; start again".into(),
-            false,
-        );
-    };
+    let next = URL_SAFE_NO_PAD.decode(next).ok().and_then(|b| String::from_utf8(b).ok()).unwrap_or_default();
     if let Some(e) = q.error {
         let why = q.error_description.unwrap_or_default();
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "unauthenticated",
-            format!("the issuer refused: {e} {why}"),
-            false,
-        );
+        return signed_out(format!("the issuer refused: {e} {why}"));
     }
     let Some(code) = q.code else {
-        return refuse(StatusCode::BAD_REQUEST, "invalid_input", "the issuer sent no code".into(), false);
+        return crate::web::refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "the issuer sent no code".into(),
+        );
     };
-    let (access, refresh) = match s
-        .token(&[
-            ("grant_type", "authorization_code"),
-            ("code", &code),
-            ("redirect_uri", &s.inner.redirect_uri),
-            ("client_id", &s.inner.client_id),
-            ("code_verifier", &p.code_verifier),
-        ])
-        .await
-    {
+    let grant = [
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", s.inner.redirect_uri.as_str()),
+        ("client_id", s.inner.client_id.as_str()),
+        ("code_verifier", code_verifier),
+    ];
+    let (access, refresh) = match s.token(&grant).await {
         Ok(t) => t,
-        Err(e) => {
+        Err(TokenError::Unavailable(e)) => return unavailable(e),
+        Err(TokenError::Refused(e)) => {
             tracing::info!(reason = %e, "sign-in refused");
-            return refuse(StatusCode::FORBIDDEN, "unauthenticated", e, false);
+            return signed_out(e);
         }
     };
     let who = match s.inner.verifier.verify(&access).await {
         Ok(w) => w,
         Err(Denied::Token(r)) => {
             tracing::info!(reason = %r.0, "sign-in refused");
-            return refuse(StatusCode::FORBIDDEN, "unauthenticated", r.0, false);
+            return signed_out(r.0);
         }
-        Err(Denied::KeysUnavailable(e)) => {
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "backend", e, true);
-        }
+        Err(Denied::KeysUnavailable(e)) => return unavailable(e),
     };
     let id = random();
     {
+        let user = who.principal.user_id.to_string();
         let mut sessions = s.inner.sessions.lock().await;
-        if sessions.len() >= MAX_SESSIONS {
-            sessions.retain(|_, x| x.at.elapsed() < SESSION_TTL);
+        // Signing in again replaces this browser's session; expired ones go; a person past
+        // their share gives up their oldest.
+        if let Some(old) = s.session_id(&headers) {
+            sessions.remove(old);
+        }
+        sessions.retain(|_, x| x.at.elapsed() < SESSION_TTL);
+        let mut mine: Vec<(Instant, String)> =
+            sessions.iter().filter(|(_, x)| x.user == user).map(|(k, x)| (x.at, k.clone())).collect();
+        if mine.len() >= MAX_SESSIONS_PER_USER {
+            mine.sort();
+            for (_, k) in &mine[..=mine.len() - MAX_SESSIONS_PER_USER] {
+                sessions.remove(k);
+            }
         }
         if sessions.len() >= MAX_SESSIONS {
-            return refuse(
+            let mut resp = crate::web::refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "capacity_exceeded",
                 format!("{MAX_SESSIONS} sessions are open; retry later"),
-                true,
             );
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            return resp;
         }
-        sessions.insert(id.clone(), Session { access, refresh, csrf: random(), at: Instant::now() });
+        let session =
+            Session { user, access, refresh, csrf: random(), at: Instant::now(), refreshing: Arc::default() };
+        sessions.insert(id.clone(), session);
     }
     tracing::info!(user = %who.principal.user_id, "signed in to the web view");
-    let mut resp = redirect(&format!("/{}", p.next));
+    let mut resp = redirect(&format!("/{}", place(&next)));
     let h = resp.headers_mut();
     h.append(header::SET_COOKIE, s.cookie(SESSION_COOKIE, &id, "Strict", SESSION_TTL));
     h.append(header::SET_COOKIE, s.cookie(LOGIN_COOKIE, "", "Lax", Duration::ZERO));
     resp
 }
 
-/// Ends the session (the web view's guard has already checked the change headers).
+/// Ends the session (the web view's guard has already checked the change headers). A session
+/// the server no longer holds is ended already: the cookie is cleared all the same.
 async fn logout(State(s): State<SignIn>, headers: HeaderMap) -> Response {
-    if let Some(id) = cookie_value(&headers, SESSION_COOKIE) {
+    if let Some(id) = s.session_id(&headers) {
         let mut sessions = s.inner.sessions.lock().await;
-        let ok = sessions.get(id).is_some_and(|x| {
-            headers.get(CSRF_TOKEN_HEADER).and_then(|v| v.to_str().ok()) == Some(x.csrf.as_str())
-        });
-        if !ok {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "csrf",
-                format!("signing out needs `{CSRF_TOKEN_HEADER}`"),
-                false,
-            );
+        if let Some(x) = sessions.get(id) {
+            if !csrf_ok(&headers, &x.csrf) {
+                return csrf_refused();
+            }
+            sessions.remove(id);
         }
-        sessions.remove(id);
     }
     let mut resp = Json(json!({"signed_out": true})).into_response();
     resp.headers_mut().append(header::SET_COOKIE, s.cookie(SESSION_COOKIE, "", "Strict", Duration::ZERO));
     resp
 }
 
+fn csrf_ok(headers: &HeaderMap, csrf: &str) -> bool {
+    headers.get(CSRF_TOKEN_HEADER).and_then(|v| v.to_str().ok()).is_some_and(|v| same(v, csrf))
+}
+
+fn csrf_refused() -> Response {
+    crate::web::refuse(
+        StatusCode::FORBIDDEN,
+        "csrf",
+        format!("a change made with a browser session needs its `{CSRF_TOKEN_HEADER}` token (from /api/me)"),
+    )
+}
+
 /// The layer on `/api/`: a bearer token is checked as on `/mcp`; otherwise the session cookie
-/// names a session whose token is checked (refreshed once if it has expired), and a change must
-/// carry the session's CSRF token.
+/// names a session whose token is checked (renewed if it has expired), and a change must carry
+/// the session's CSRF token. It runs inside the web view's guard.
 pub async fn authenticate(State(s): State<SignIn>, mut req: Request, next: Next) -> Response {
     if req.headers().contains_key(header::AUTHORIZATION) {
         return crate::auth::require_token(State(s.inner.verifier.clone()), req, next).await;
     }
-    let Some(id) = cookie_value(req.headers(), SESSION_COOKIE).map(str::to_owned) else {
-        return refuse(StatusCode::UNAUTHORIZED, "unauthenticated", "sign in first".into(), false);
+    let Some(id) = s.session_id(req.headers()).map(str::to_owned) else {
+        return signed_out("sign in first".into());
     };
     let held = {
-        let sessions = s.inner.sessions.lock().await;
-        sessions
-            .get(&id)
-            .filter(|x| x.at.elapsed() < SESSION_TTL)
-            .map(|x| (x.access.clone(), x.refresh.clone(), x.csrf.clone()))
-    };
-    let Some((access, refresh, csrf)) = held else {
-        s.inner.sessions.lock().await.remove(&id);
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "your session has ended; sign in again".into(),
-            false,
-        );
-    };
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        let sent = req.headers().get(CSRF_TOKEN_HEADER).and_then(|v| v.to_str().ok());
-        if sent != Some(csrf.as_str()) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "csrf",
-                format!("a change needs this session's `{CSRF_TOKEN_HEADER}` token (from /api/me)"),
-                false,
-            );
+        let mut sessions = s.inner.sessions.lock().await;
+        if sessions.get(&id).is_some_and(|x| x.at.elapsed() >= SESSION_TTL) {
+            sessions.remove(&id);
         }
+        sessions.get(&id).map(|x| (x.access.clone(), x.csrf.clone(), x.refreshing.clone()))
+    };
+    let Some((access, csrf, refreshing)) = held else {
+        return signed_out("your session has ended; sign in again".into());
+    };
+    if crate::web::changes(req.method()) && !csrf_ok(req.headers(), &csrf) {
+        return csrf_refused();
     }
     let who = match s.inner.verifier.verify(&access).await {
         Ok(w) => w,
-        Err(Denied::KeysUnavailable(e)) => {
-            return refuse(StatusCode::SERVICE_UNAVAILABLE, "backend", e, true);
-        }
-        Err(Denied::Token(first)) => {
-            // Expired, most likely: one refresh, and the session goes on with the new tokens.
-            let renewed = match &refresh {
-                None => Err(first.0),
-                Some(r) => match s
-                    .token(&[
-                        ("grant_type", "refresh_token"),
-                        ("refresh_token", r),
-                        ("client_id", &s.inner.client_id),
-                    ])
-                    .await
-                {
-                    Err(e) => Err(e),
-                    Ok((access, new_refresh)) => match s.inner.verifier.verify(&access).await {
-                        Ok(w) => {
-                            if let Some(x) = s.inner.sessions.lock().await.get_mut(&id) {
-                                x.access = access;
-                                x.refresh = new_refresh.or(refresh);
-                            }
-                            Ok(w)
-                        }
-                        Err(Denied::Token(r)) => Err(r.0),
-                        Err(Denied::KeysUnavailable(e)) => Err(e),
-                    },
-                },
-            };
-            match renewed {
-                Ok(w) => w,
-                Err(why) => {
-                    tracing::info!(reason = %why, "web session ended");
-                    s.inner.sessions.lock().await.remove(&id);
-                    return refuse(
-                        StatusCode::UNAUTHORIZED,
-                        "unauthenticated",
-                        format!("your session has ended ({why}); sign in again"),
-                        false,
-                    );
-                }
-            }
-        }
+        Err(Denied::KeysUnavailable(e)) => return unavailable(e),
+        Err(Denied::Token(first)) => match s.refresh(&id, &access, &refreshing, first.0).await {
+            Ok(w) => w,
+            Err(r) => return r,
+        },
     };
     req.extensions_mut().insert(who);
     req.extensions_mut().insert(WebSession { csrf });
@@ -498,6 +562,20 @@ mod tests {
         assert_eq!(cookie_value(&h, SESSION_COOKIE), Some("yes"));
         assert_eq!(cookie_value(&h, "b"), Some("2"));
         assert_eq!(cookie_value(&h, "macp"), None);
+    }
+
+    #[test]
+    fn only_a_place_in_the_page_is_returned_to() {
+        assert_eq!(place("#/room/0b9f-aa"), "#/room/0b9f-aa");
+        for bad in ["//evil.example", "https://evil.example", "#/x\r\nSet-Cookie:a=b", "/#/", "#/a?b", ""] {
+            assert_eq!(place(bad), "", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tokens_compare_equal_only_when_equal() {
+        assert!(same("abc", "abc"));
+        assert!(!same("abc", "abd") && !same("abc", "ab") && !same("", "a"));
     }
 
     #[test]

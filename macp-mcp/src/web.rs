@@ -62,12 +62,15 @@ struct Web {
 /// The page and `/api/` routes. `local` is the user everything is done as when auth is off
 /// (`None`: auth is on, and an [`Authenticated`] is expected in the request's extensions, put
 /// there by the token layer wrapping `/api/`). `hosts` are the names accepted in `Host`.
-/// `signin`: the browser sign-in's routes, served under the same guards as the page.
+/// `signin`: the browser sign-in's routes, served under the same guards as the page. `auth`
+/// wraps `/api/` inside the guards (so that a refusal carries the security headers too, and
+/// nothing is authenticated for a request the guards refuse).
 pub fn routes(
     macp: Macp,
     local: Option<Principal>,
     hosts: Vec<String>,
     signin: Option<Router>,
+    auth: impl FnOnce(Router) -> Router,
 ) -> (Router, Router) {
     let state = Web { macp, local, hosts: Arc::new(hosts) };
     let page = Router::new()
@@ -93,8 +96,8 @@ pub fn routes(
         .route("/api/rooms/{room}/steer", post(steer))
         .route("/api/rooms/{room}/close", post(close))
         .route("/api/rooms/{room}/release", post(release))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
-        .with_state(state);
+        .with_state(state.clone());
+    let api = auth(api).layer(axum::middleware::from_fn_with_state(state, guard));
     (page, api)
 }
 
@@ -108,7 +111,7 @@ async fn guard(State(w): State<Web>, req: Request, next: Next) -> Response {
             format!("`{host}` is not a name of this server"),
         );
     }
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+    if changes(req.method()) {
         if !req.headers().contains_key(CSRF_HEADER) {
             return refuse(
                 StatusCode::FORBIDDEN,
@@ -160,7 +163,13 @@ fn origin_matches(origin: &str, host: &str) -> bool {
     origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).is_some_and(|o| o == host)
 }
 
-fn refuse(status: StatusCode, code: &str, message: String) -> Response {
+/// Whether a request with this method may change something (and so is held to the CSRF rules).
+pub(crate) fn changes(m: &Method) -> bool {
+    !matches!(*m, Method::GET | Method::HEAD)
+}
+
+/// A refusal: `{"error": {code, message, retryable: false}}`.
+pub(crate) fn refuse(status: StatusCode, code: &str, message: String) -> Response {
     (status, Json(serde_json::json!({"error": {"code": code, "message": message, "retryable": false}})))
         .into_response()
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -330,16 +331,25 @@ def run_auth_on(macp: str) -> dict:
             phase = httpx2.get(f"{base}/api/rooms/{room}/context", headers=jar).json()["phase"]
             expect(phase["by"]["user_id"] == "ben" and phase["by"]["channel"] == "web", f"the marker is ben's: {phase}")
             steer = f"{base}/api/rooms/{room}/steer"
-            r = httpx2.post(steer, json={"marker": "forged"}, headers={**jar, "X-MACP-Web": "1"})
-            expect(r.status_code == 403 and r.json()["error"]["code"] == "csrf", f"a change without the CSRF token: {r.status_code} {r.text}")
-            r = httpx2.post(steer, json={"marker": "forged"}, headers={**jar, "X-MACP-Web": "1", "X-MACP-CSRF": "guess"})
-            expect(r.status_code == 403, f"a change with a wrong CSRF token: {r.status_code}")
+            for bad in ({}, {"X-MACP-CSRF": "guess"}):
+                r = httpx2.post(steer, json={"marker": "forged"}, headers={**jar, "X-MACP-Web": "1", **bad})
+                expect(r.status_code == 403 and "x-macp-csrf" in r.json()["error"]["message"],
+                       f"a change with the session cookie and CSRF token {bad}: {r.status_code} {r.text}")
+            r = httpx2.post(f"{base}/auth/logout", json={}, headers={**jar, "X-MACP-Web": "1"})
+            expect(r.status_code == 403, f"signing out without the CSRF token: {r.status_code}")
+            marks = httpx2.get(f"{base}/api/rooms/{room}/context", headers=jar).json()
+            expect("forged" not in json.dumps(marks), "no forged change landed")
 
-            # The access token (3 s) expires; the session refreshes it and goes on.
+            # The access token (3 s) expires: five requests at once find it so, and the session
+            # renews it once (the issuer's refresh tokens are single-use) and goes on.
+            refreshes = lambda: sum(t["grant_type"] == "refresh_token" for t in iss.token_requests)  # noqa: E731
             time.sleep(4)
+            before = refreshes()
+            with concurrent.futures.ThreadPoolExecutor(5) as pool:
+                codes = list(pool.map(lambda _: httpx2.get(f"{base}/api/rooms", headers=jar).status_code, range(5)))
+            expect(codes == [200] * 5 and refreshes() == before + 1, f"one refresh for five requests: {codes}, {refreshes() - before}")
             d.refresh()
             wait_for("the room after the token expired", lambda: "pool exhausted" in d.find_element(By.TAG_NAME, "body").text)
-            expect(any(t["grant_type"] == "refresh_token" for t in iss.token_requests), "the session refreshed its token")
             expect(not d.find_elements(By.ID, "signin"), "still signed in")
             no_alert(d)
 
@@ -348,6 +358,16 @@ def run_auth_on(macp: str) -> dict:
             wait_for("the sign-in after signing out", lambda: d.find_elements(By.ID, "signin-link"))
             r = httpx2.get(f"{base}/api/rooms", headers=jar)
             expect(r.status_code == 401, f"the old session after signing out: {r.status_code}")
+            r = httpx2.post(f"{base}/auth/logout", json={}, headers={**jar, "X-MACP-Web": "1"})
+            expect(r.status_code == 200, f"signing out a session already ended: {r.status_code}")
+            # The start of a sign-in: PKCE S256 to the issuer, the state in an HttpOnly Lax
+            # cookie, and a return address that can only be a place in the page.
+            r = httpx2.get(f"{base}/auth/login?next=//evil.example")
+            loc, cookie_set = r.headers.get("location", ""), r.headers.get("set-cookie", "")
+            expect(r.status_code == 303 and loc.startswith(iss.url + "/authorize?") and "code_challenge_method=S256" in loc
+                   and "client_secret" not in loc, f"the redirect to the issuer: {r.status_code} {loc}")
+            expect("HttpOnly" in cookie_set and "SameSite=Lax" in cookie_set and cookie_set.startswith("macp_login=")
+                   and cookie_set.split(";")[0].endswith("."), f"the login cookie, with no return address: {cookie_set}")
             # A forged callback (state not started in this browser) opens nothing.
             r = httpx2.get(f"{base}/auth/callback?code=x&state=y", headers={"Cookie": "macp_login=z"})
             expect(r.status_code == 400 and "set-cookie" not in r.headers, f"a forged callback: {r.status_code}")
