@@ -23,6 +23,8 @@
 //! | `--context-tags N` | `MACP_CONTEXT_TAGS` | `context_tags` | 40: most used tags in it |
 //! | `--context-budget-bytes N` | `MACP_CONTEXT_BUDGET_BYTES` | `context_budget_bytes` | 16384: its size as JSON |
 //! | `--stale-after-minutes N` | `MACP_STALE_AFTER_MINUTES` | `stale_after_minutes` | 15: an agent inactive longer shows as stale |
+//! | `--redact-off KIND` (repeatable) | `MACP_REDACT_OFF` (comma-separated) | `redact_off` | none: every kind of secret is redacted on write (kinds: `macp_core::redact::KINDS`) |
+//! | `--redact-pattern KIND=REGEX` (repeatable) | — | `redact_patterns` (a table `kind = "regex"`) | none: extra patterns whose matches become `[redacted:KIND]` |
 //! | `--max-exchanges N` | `MACP_MAX_EXCHANGES` | `max_exchanges` | 10: findings two agents may address to each other with no person acting in between (0: no limit) |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
@@ -140,6 +142,12 @@ pub struct ServeArgs {
     /// room in between; 0 for no limit.
     #[arg(long, env = "MACP_MAX_EXCHANGES")]
     pub max_exchanges: Option<usize>,
+    /// A kind of secret not to redact on write (repeatable).
+    #[arg(long = "redact-off", env = "MACP_REDACT_OFF", value_delimiter = ',')]
+    pub redact_off: Vec<String>,
+    /// An extra pattern to redact, `KIND=REGEX` (repeatable).
+    #[arg(long = "redact-pattern")]
+    pub redact_patterns: Vec<String>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -217,6 +225,12 @@ pub struct FileConfig {
     pub stale_after_minutes: Option<u64>,
     /// See `--max-exchanges`.
     pub max_exchanges: Option<usize>,
+    /// See `--redact-off`.
+    #[serde(default)]
+    pub redact_off: Vec<String>,
+    /// See `--redact-pattern`: kind to regular expression.
+    #[serde(default)]
+    pub redact_patterns: std::collections::BTreeMap<String, String>,
     /// See `--auth-issuer`.
     pub auth_issuer: Option<String>,
     /// See `--auth-jwks-url`.
@@ -281,6 +295,8 @@ pub struct Resolved {
     pub stale_after: std::time::Duration,
     /// The directed exchange budget (see [`macp_core::Limits::max_exchanges`]).
     pub max_exchanges: usize,
+    /// The redactor every write passes (see [`macp_core::redact`]).
+    pub redactor: macp_core::redact::Redactor,
     /// OAuth settings when an issuer is configured; `resource` is empty until `macp serve`
     /// knows its public URL.
     pub auth: Option<crate::auth::AuthConfig>,
@@ -359,6 +375,25 @@ impl Resolved {
                 Some(0) => return Err("--stale-after-minutes must be at least 1".into()),
                 Some(m) => std::time::Duration::from_secs(m * 60),
                 None => macp_core::service::DEFAULT_STALE_AFTER,
+            },
+            redactor: {
+                let mut r = macp_core::redact::Redactor::new();
+                let off =
+                    if serve.redact_off.is_empty() { file.redact_off } else { serve.redact_off.clone() };
+                for kind in off {
+                    r = r.disable(kind.trim()).map_err(|e| format!("--redact-off: {e}"))?;
+                }
+                let mut patterns: Vec<(String, String)> = file.redact_patterns.into_iter().collect();
+                for p in &serve.redact_patterns {
+                    let (kind, re) = p.split_once('=').ok_or_else(|| {
+                        format!("--redact-pattern `{p}`: write KIND=REGEX, e.g. employee-id=E[0-9]{{6}}")
+                    })?;
+                    patterns.push((kind.to_owned(), re.to_owned()));
+                }
+                for (kind, re) in patterns {
+                    r = r.pattern(&kind, &re).map_err(|e| format!("--redact-pattern: {e}"))?;
+                }
+                r
             },
             max_exchanges: serve
                 .max_exchanges

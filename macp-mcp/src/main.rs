@@ -280,7 +280,8 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
             l.max_exchanges = cfg.max_exchanges;
             l
         })
-        .stale_after(cfg.stale_after);
+        .stale_after(cfg.stale_after)
+        .redactor(cfg.redactor.clone());
     let mut local_artifacts = None;
     let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
         BackendKind::Local => {

@@ -252,6 +252,8 @@ macro_rules! conformance_tests {
             findings_about_an_entity_include_merged_aliases,
             an_entity_is_found_by_identifier_without_creating_it,
             a_digest_since_a_marker_is_bounded_with_exact_totals,
+            secrets_are_redacted_before_anything_is_stored,
+            redaction_comes_before_the_length_limit,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -421,6 +423,7 @@ mod tests {
             include_str!("cases/claims.rs"),
             include_str!("cases/decisions.rs"),
             include_str!("cases/steering.rs"),
+            include_str!("cases/redaction.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

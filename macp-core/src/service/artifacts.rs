@@ -92,6 +92,10 @@ pub struct ArtifactOutcome {
     pub artifact: Artifact,
     /// True when this was a retry with the same idempotency key.
     pub replayed: bool,
+    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
+    /// stored text carries `[redacted:<kind>]` where each was.
+    #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
+    pub redacted: crate::redact::Redactions,
 }
 
 /// `list_artifacts`: the room's files, with download URLs.
@@ -407,7 +411,12 @@ impl Macp {
     }
 
     /// Records metadata of an uploaded artifact and links it to findings and entities.
-    pub async fn register_artifact(&self, who: &Principal, req: RegisterArtifact) -> Result<ArtifactOutcome> {
+    pub async fn register_artifact(
+        &self,
+        who: &Principal,
+        mut req: RegisterArtifact,
+    ) -> Result<ArtifactOutcome> {
+        let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
@@ -518,7 +527,7 @@ impl Macp {
         };
         self.touch(&session).await;
         stored.linked_entity_ids = aliases.resolve_all(&stored.linked_entity_ids)?;
-        Ok(ArtifactOutcome { artifact: stored, replayed })
+        Ok(ArtifactOutcome { artifact: stored, replayed, redacted })
     }
 
     /// Lists a room's artifacts, optionally those linked to a finding or an entity.

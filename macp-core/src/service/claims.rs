@@ -81,12 +81,17 @@ pub struct ClaimResult {
     pub renewed: bool,
     /// It was released by this call.
     pub released: bool,
+    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
+    /// stored text carries `[redacted:<kind>]` where each was.
+    #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
+    pub redacted: crate::redact::Redactions,
 }
 
 impl Macp {
     /// Claims, renews or releases a piece of work. Another agent's claim on the same work is a
     /// `conflict` naming the holder, since when and until when.
-    pub async fn claim_work(&self, who: &Principal, req: ClaimWork) -> Result<ClaimResult> {
+    pub async fn claim_work(&self, who: &Principal, mut req: ClaimWork) -> Result<ClaimResult> {
+        let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
@@ -108,7 +113,7 @@ impl Macp {
                     )
                 })?;
             self.changed(req.room_id);
-            return Ok(ClaimResult { claim, renewed: false, released: true });
+            return Ok(ClaimResult { claim, renewed: false, released: true, redacted });
         }
         let minutes = req.minutes.unwrap_or(DEFAULT_CLAIM_MINUTES);
         if minutes == 0 || minutes > MAX_CLAIM_MINUTES {
@@ -148,7 +153,7 @@ impl Macp {
             ClaimOutcome::Claimed(c) => {
                 self.changed(req.room_id);
                 self.touch(&session).await;
-                Ok(ClaimResult { claim: c, renewed, released: false })
+                Ok(ClaimResult { claim: c, renewed, released: false, redacted })
             }
             ClaimOutcome::Held(h) => Err(Error::conflict(format!(
                 "`{}` is claimed by agent `{}` ({}) since {} until {}; pick other work, or ask them with a \

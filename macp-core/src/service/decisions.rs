@@ -81,7 +81,8 @@ pub struct AnswerDecision {
 impl Macp {
     /// Asks the people of the room a question. It stays at the top of the context and the
     /// summary until answered.
-    pub async fn ask_decision(&self, who: &Principal, req: AskDecision) -> Result<Decision> {
+    pub async fn ask_decision(&self, who: &Principal, mut req: AskDecision) -> Result<Decision> {
+        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
@@ -126,9 +127,10 @@ impl Macp {
     pub async fn answer_decision(
         &self,
         who: &Principal,
-        req: AnswerDecision,
+        mut req: AnswerDecision,
         via: Channel,
     ) -> Result<Decision> {
+        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;

@@ -94,6 +94,10 @@ pub struct EntityOutcome {
     pub other_matches: Vec<EntityId>,
     /// Requested identifiers not added because another entity holds them.
     pub identifiers_held_elsewhere: Vec<Identifier>,
+    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
+    /// stored text carries `[redacted:<kind>]` where each was.
+    #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
+    pub redacted: crate::redact::Redactions,
 }
 
 /// `add_relationship`: assert an edge between two entities.
@@ -173,6 +177,10 @@ pub struct RelationshipOutcome {
     pub created: bool,
     /// True when this was a retry with the same idempotency key.
     pub replayed: bool,
+    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
+    /// stored text carries `[redacted:<kind>]` where each was.
+    #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
+    pub redacted: crate::redact::Redactions,
 }
 
 /// `merge_entities`: declare two entities the same thing.
@@ -302,7 +310,8 @@ struct RelationshipFingerprint<'a> {
 impl Macp {
     /// Creates an entity, or attaches to the existing entity that holds one of its identifiers
     /// (race-safe: concurrent adds sharing an identifier converge on one entity).
-    pub async fn add_entity(&self, who: &Principal, req: AddEntity) -> Result<EntityOutcome> {
+    pub async fn add_entity(&self, who: &Principal, mut req: AddEntity) -> Result<EntityOutcome> {
+        let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
@@ -367,11 +376,12 @@ impl Macp {
                         matched_identifiers: Vec::new(),
                         other_matches: Vec::new(),
                         identifiers_held_elsewhere: Vec::new(),
+                        redacted: redacted.clone(),
                     });
                 }
                 CreateOutcome::Replayed(rec) => {
                     check_replay(&rec, WriteOperation::AddEntity, &print)?;
-                    return self.replay_entity(req.room_id, &rec.result_id).await;
+                    return self.replay_entity(req.room_id, &rec.result_id, redacted.clone()).await;
                 }
                 // Lost a race with a concurrent create: attach to the winner below.
                 CreateOutcome::IdentifiersTaken(t) => taken = t,
@@ -451,16 +461,24 @@ impl Macp {
                     matched_identifiers: matched,
                     other_matches: holders[1..].to_vec(),
                     identifiers_held_elsewhere: elsewhere,
+                    redacted: redacted.clone(),
                 })
             }
             AttachOutcome::Replayed(rec) => {
                 check_replay(&rec, WriteOperation::AddEntity, &print)?;
-                self.replay_entity(req.room_id, &rec.result_id).await
+                self.replay_entity(req.room_id, &rec.result_id, redacted.clone()).await
             }
         }
     }
 
-    async fn replay_entity(&self, room_id: RoomId, result_id: &str) -> Result<EntityOutcome> {
+    /// A retry's answer: the first write's entity; `redacted` is the retry's own (the same texts
+    /// give the same redactions).
+    async fn replay_entity(
+        &self,
+        room_id: RoomId,
+        result_id: &str,
+        redacted: crate::redact::Redactions,
+    ) -> Result<EntityOutcome> {
         let (created, id) = match result_id.split_once(':') {
             Some(("created", id)) => (true, id),
             Some(("attached", id)) => (false, id),
@@ -483,6 +501,7 @@ impl Macp {
             matched_identifiers: Vec::new(),
             other_matches: Vec::new(),
             identifiers_held_elsewhere: Vec::new(),
+            redacted,
         })
     }
 
@@ -514,8 +533,9 @@ impl Macp {
     pub async fn add_relationship(
         &self,
         who: &Principal,
-        req: AddRelationship,
+        mut req: AddRelationship,
     ) -> Result<RelationshipOutcome> {
+        let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
         self.writable_room(req.room_id).await?;
@@ -604,7 +624,7 @@ impl Macp {
         };
         self.touch(&session).await;
         let relationship = resolve_edge(&aliases, stored)?;
-        Ok(RelationshipOutcome { relationship, created, replayed })
+        Ok(RelationshipOutcome { relationship, created, replayed, redacted })
     }
 
     /// Merges `loser` into `winner` lazily: the loser gets `merged_into`, identifiers are united

@@ -18,6 +18,7 @@ pub struct PostFinding {
     /// The room.
     pub room_id: RoomId,
     /// What you found, in markdown: one fact or conclusion, with the specifics (times, hosts, ids).
+    /// Secrets are redacted; `<private>…</private>` spans are dropped.
     pub content: String,
     /// Labels, e.g. "triage", "hypothesis", "evidence", "root-cause", "remediation", "dead-end".
     #[serde(default)]
@@ -130,6 +131,10 @@ pub struct PostedFinding {
     /// True when this was a retry of an earlier post with the same idempotency key: nothing
     /// new was written.
     pub replayed: bool,
+    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
+    /// stored text carries `[redacted:<kind>]` where each was.
+    #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
+    pub redacted: crate::redact::Redactions,
 }
 
 /// `get_timeline`: the record in order, filtered, a page at a time.
@@ -267,7 +272,8 @@ struct FindingFingerprint<'a> {
 
 impl Macp {
     /// Posts a finding. It is committed as `pending`; indexing for semantic search follows.
-    pub async fn post_finding(&self, who: &Principal, req: PostFinding) -> Result<PostedFinding> {
+    pub async fn post_finding(&self, who: &Principal, mut req: PostFinding) -> Result<PostedFinding> {
+        let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
@@ -403,7 +409,7 @@ impl Macp {
         let mut out = vec![stored];
         resolve_refs(&aliases, &mut out)?;
         let finding = out.pop().ok_or_else(|| Error::not_found("finding", finding.finding_id))?;
-        Ok(PostedFinding { finding, replayed })
+        Ok(PostedFinding { finding, replayed, redacted })
     }
 
     /// The agents a finding mentions, without repeats: each must be in the room. An unknown one

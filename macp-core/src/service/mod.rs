@@ -119,6 +119,7 @@ pub struct MacpBuilder {
     blobs: Option<Arc<dyn BlobStore>>,
     artifacts: ArtifactConfig,
     stale_after: Option<std::time::Duration>,
+    redactor: crate::redact::Redactor,
 }
 
 /// How long an agent may go without activity before it shows as stale, by default.
@@ -186,6 +187,13 @@ impl MacpBuilder {
         self
     }
 
+    /// The redactor every write's texts pass (default: every built-in kind on; see
+    /// [`crate::redact`]).
+    pub fn redactor(mut self, redactor: crate::redact::Redactor) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
     /// Search settings (default: [`SearchConfig::default`]).
     pub fn search_config(mut self, config: SearchConfig) -> Self {
         self.search = config;
@@ -237,6 +245,7 @@ impl MacpBuilder {
                 caps: self.context_caps,
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 feed: Arc::default(),
+                redactor: self.redactor,
                 stale_after_ms: self
                     .stale_after
                     .unwrap_or(DEFAULT_STALE_AFTER)
@@ -264,6 +273,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     feed: Arc<events::Feed>,
     stale_after_ms: i64,
+    redactor: crate::redact::Redactor,
 }
 
 impl fmt::Debug for Macp {
@@ -273,6 +283,14 @@ impl fmt::Debug for Macp {
 }
 
 impl Macp {
+    /// A write's texts as they will be stored: through the redactor, before any validation or
+    /// length check (see [`crate::redact`]). What was redacted goes back in the answer.
+    fn redact<T: crate::redact::Redact>(&self, req: &mut T) -> Result<crate::redact::Redactions> {
+        let mut found = crate::redact::Redactions::default();
+        req.redact(&self.inner.redactor, &mut found)?;
+        Ok(found)
+    }
+
     /// Starts building a service.
     pub fn builder() -> MacpBuilder {
         MacpBuilder::new()

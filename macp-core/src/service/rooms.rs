@@ -359,7 +359,8 @@ pub struct RoomSummary {
 
 impl Macp {
     /// Creates a room with a stated objective. Anyone authenticated may create rooms.
-    pub async fn create_room(&self, who: &Principal, req: CreateRoom) -> Result<Room> {
+    pub async fn create_room(&self, who: &Principal, mut req: CreateRoom) -> Result<Room> {
+        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let room = Room {
             room_id: RoomId::generate(),
@@ -449,7 +450,8 @@ impl Macp {
     /// Closes a room, with how it was resolved if given. It stays fully readable; later
     /// writes return `room_closed` until it is reopened. Closing a closed room returns it
     /// unchanged (the first close and its resolution stand).
-    pub async fn close_room(&self, who: &Principal, req: CloseRoom, via: Channel) -> Result<Room> {
+    pub async fn close_room(&self, who: &Principal, mut req: CloseRoom, via: Channel) -> Result<Room> {
+        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let summary = validate::optional_text("resolution", req.resolution.as_deref(), l.max_content_bytes)?;
         if summary.is_none() && !req.root_cause.is_empty() {
@@ -501,7 +503,8 @@ impl Macp {
     /// asks for several. Each change is recorded with who made it and through which channel:
     /// [`Channel::Person`] or [`Channel::Web`] only from a person's own tool (`macp` on the command line, the web
     /// view); the MCP server passes [`Channel::Agent`] for every call.
-    pub async fn steer_room(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
+    pub async fn steer_room(&self, who: &Principal, mut req: SteerRoom, via: Channel) -> Result<Room> {
+        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         if !req.reopen && req.objective.is_none() && req.marker.is_none() {
             return Err(Error::invalid("objective", "give at least one of objective, marker or reopen"));
@@ -592,7 +595,7 @@ impl Macp {
         Ok(room)
     }
 
-    /// A marker label as stored: on one line, secrets redacted first, then held to
+    /// A marker label as stored: on one line, secrets redacted first (by [`Macp::redact`]), then held to
     /// [`Limits::max_marker_chars`](crate::Limits::max_marker_chars) characters — by refusing,
     /// never by cutting (a cut made before redaction could split a secret so that it is no
     /// longer recognised; one made after would drop the end of what the person wrote). Redaction
@@ -607,10 +610,11 @@ impl Macp {
                 "a marker needs a label, e.g. \"mitigation done, root cause next\"",
             ));
         }
-        let clean = crate::redact::redact_secrets(&one_line);
-        let chars = clean.chars().count();
+        // Already through the redactor, with every other text of the write (steer_room).
+        let chars = one_line.chars().count();
         if chars > max {
-            let redacted = if clean != one_line { " once the secrets in it are redacted" } else { "" };
+            let redacted =
+                if one_line.contains("[redacted:") { " once the secrets in it are redacted" } else { "" };
             return Err(Error::InvalidInput {
                 field: "marker".into(),
                 message: format!(
@@ -620,7 +624,7 @@ impl Macp {
                 limit: Some(max as u64),
             });
         }
-        Ok(clean)
+        Ok(one_line)
     }
 
     /// Who is acting on a room: a person directly, or one of the principal's agents in it (an
@@ -742,7 +746,8 @@ impl Macp {
     }
 
     /// Records an agent's declared status. Advisory only: nothing in MACP is gated on it.
-    pub async fn declare_status(&self, who: &Principal, req: DeclareStatus) -> Result<AgentSession> {
+    pub async fn declare_status(&self, who: &Principal, mut req: DeclareStatus) -> Result<AgentSession> {
+        let _redacted = self.redact(&mut req)?;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let reason =

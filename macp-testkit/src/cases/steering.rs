@@ -40,7 +40,7 @@ pub async fn objective_history_and_phase_markers_are_kept(backend: Backend) {
         .steer_room(
             &f.bob,
             SteerRoom {
-                marker: Some("mitigation done (key AKIAIOSFODNN7EXAMPLE revoked), root cause next".into()),
+                marker: Some("mitigation done (key AKIA2E0A8F3B244C9986 revoked), root cause next".into()),
                 agent_id: Some(f.b.clone()),
                 ..SteerRoom::new(f.room)
             },
@@ -56,7 +56,7 @@ pub async fn objective_history_and_phase_markers_are_kept(backend: Backend) {
     assert_eq!(m.after_seq, before.seq);
     // Within 120 characters as written, over them once redacted: refused, never cut (a cut
     // before redaction could leave half the key; one after would drop the label's end).
-    let label = format!("{} AKIAIOSFODNN7EXAMPLE", "x".repeat(99));
+    let label = format!("{} AKIA2E0A8F3B244C9986", "x".repeat(99));
     assert_eq!(label.chars().count(), 120);
     let e = expect_code(
         f.macp
