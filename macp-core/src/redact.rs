@@ -122,7 +122,16 @@ impl Redactor {
     /// `text` as stored: private spans removed, secrets replaced, counted into `found`.
     /// `field` names the text in an error (an unclosed `<private>`).
     pub fn text(&self, text: &str, field: &str, found: &mut Redactions) -> Result<String> {
-        let public = strip_private(text, field, found)?;
+        let mut public = strip_private(text, field, found)?;
+        // The operator's patterns first: what they name is theirs to label, and the built-in
+        // rules then leave their placeholders alone.
+        for p in &self.extra {
+            let n = p.re.find_iter(&public).count();
+            if n > 0 {
+                public = p.re.replace_all(&public, format!("[redacted:{}]", p.kind).as_str()).into_owned();
+                *found.0.entry(p.kind.clone()).or_default() += n as u32;
+            }
+        }
         let mut ctx = Ctx { off: &self.off, found };
         let keys = private_keys(&public, &mut ctx);
         // Certificates and public keys are published on purpose: their lines are not read as
@@ -135,13 +144,6 @@ impl Redactor {
             at = end;
         }
         out.push_str(&redact_secrets_with(&keys[at..], &mut ctx));
-        for p in &self.extra {
-            let n = p.re.find_iter(&out).count();
-            if n > 0 {
-                out = p.re.replace_all(&out, format!("[redacted:{}]", p.kind).as_str()).into_owned();
-                *found.0.entry(p.kind.clone()).or_default() += n as u32;
-            }
-        }
         Ok(out)
     }
 
@@ -175,7 +177,14 @@ impl Redactor {
                     } else {
                         self.apply_json(&mut x, field, found)?;
                     }
-                    m.insert(self.text(&k, field, found)?, x);
+                    let key = self.text(&k, field, found)?;
+                    if m.contains_key(&key) {
+                        return Err(Error::invalid(
+                            field,
+                            format!("two keys read `{key}` once redacted; rename one so that neither is lost"),
+                        ));
+                    }
+                    m.insert(key, x);
                 }
                 Ok(())
             }
@@ -192,6 +201,21 @@ pub trait Redact {
 }
 
 impl Redactor {
+    /// A name that is matched or addressed as written (a file name, an agent id, a tag, a
+    /// relationship type) cannot take a placeholder: one that holds a secret is refused, with
+    /// the kind, and nothing is written.
+    pub fn refuse_secret(&self, text: &str, field: &str) -> Result<()> {
+        let mut found = Redactions::default();
+        self.text(text, field, &mut found)?;
+        match found.0.keys().next() {
+            None => Ok(()),
+            Some(kind) => Err(Error::invalid(
+                field,
+                format!("`{field}` holds what looks like a secret ({kind}); name it without the secret"),
+            )),
+        }
+    }
+
     /// An identifier's value: redacted, and when anything was, followed by a short fingerprint
     /// of the original (`[redacted:aws-access-key]#1f2e3d4c`), so that two different leaked
     /// keys stay two entities and the same key found twice still resolves to one.
@@ -200,7 +224,9 @@ impl Redactor {
         let clean = self.text(value, field, found)?;
         if found.total() != before {
             use sha2::Digest;
-            let d = sha2::Sha256::digest(value.as_bytes());
+            // Over the value as identifiers are compared (trimmed, any case), so the same key
+            // written twice resolves to one entity.
+            let d = sha2::Sha256::digest(value.trim().to_lowercase().as_bytes());
             *value = format!("{clean}#{:02x}{:02x}{:02x}{:02x}", d[0], d[1], d[2], d[3]);
         } else {
             *value = clean;
@@ -218,6 +244,7 @@ impl Redact for crate::model::Evidence {
 
 impl Redact for crate::service::PostFinding {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
+        self.tags.iter().try_for_each(|t| r.refuse_secret(t, "tags"))?;
         r.apply(&mut self.content, "content", found)?;
         self.evidence.iter_mut().try_for_each(|e| e.redact(r, found))
     }
@@ -240,6 +267,7 @@ impl Redact for crate::service::AddEntity {
 
 impl Redact for crate::service::AddRelationship {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
+        r.refuse_secret(&self.relationship_type, "relationship_type")?;
         r.apply_opt(&mut self.description, "description", found)?;
         self.evidence.iter_mut().try_for_each(|e| e.redact(r, found))
     }
@@ -266,6 +294,7 @@ impl Redact for crate::service::AnswerDecision {
 
 impl Redact for crate::service::CreateRoom {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
+        self.tags.iter().try_for_each(|t| r.refuse_secret(t, "tags"))?;
         r.apply_opt(&mut self.name, "name", found)?;
         r.apply(&mut self.objective, "objective", found)
     }
@@ -287,6 +316,23 @@ impl Redact for crate::service::CloseRoom {
 impl Redact for crate::service::DeclareStatus {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
         r.apply_opt(&mut self.reason, "reason", found)
+    }
+}
+
+impl Redact for crate::service::JoinRoom {
+    fn redact(&mut self, r: &Redactor, _found: &mut Redactions) -> Result<()> {
+        if let Some(a) = &self.agent_id {
+            r.refuse_secret(a.as_str(), "agent_id")?;
+        }
+        self.agent_type.iter().try_for_each(|t| r.refuse_secret(t, "agent_type"))
+    }
+}
+
+impl Redact for crate::service::RequestUpload {
+    fn redact(&mut self, r: &Redactor, _found: &mut Redactions) -> Result<()> {
+        // The file name becomes the object's key, which the upload must match: refused, not
+        // rewritten.
+        r.refuse_secret(&self.filename, "filename")
     }
 }
 
@@ -393,8 +439,20 @@ fn public_blocks(text: &str) -> Vec<(usize, usize)> {
         let Some(h) = text[i + 11..].find("-----").map(|h| i + 11 + h) else { break };
         let label = &text[i + 11..h];
         let end_marker = format!("-----END {label}-----");
+        const PUBLIC: &[&str] = &[
+            "CERTIFICATE",
+            "PUBLIC KEY",
+            "RSA PUBLIC KEY",
+            "CERTIFICATE REQUEST",
+            "NEW CERTIFICATE REQUEST",
+            "X509 CRL",
+            "PGP PUBLIC KEY BLOCK",
+            "PGP SIGNATURE",
+            "SSH2 PUBLIC KEY",
+        ];
+        let base64 = |b: &str| b.chars().all(|c| c.is_ascii_alphanumeric() || "+/=\r\n\\ ".contains(c));
         match text[h..].find(&end_marker) {
-            Some(e) if !label.contains("PRIVATE") => {
+            Some(e) if PUBLIC.contains(&label) && base64(&text[h + 5..h + e]) => {
                 let end = h + e + end_marker.len();
                 out.push((i, end));
                 at = end;
@@ -587,11 +645,12 @@ fn dummy(w: &str) -> bool {
 /// Characters that wrap a word without being part of it: quotes and brackets on both sides,
 /// and sentence punctuation after it.
 fn leading(c: char) -> bool {
-    matches!(c, '"' | '\'' | '`' | '(' | '[' | '{' | '<')
+    matches!(c, '"' | '\'' | '`' | '(' | '[' | '{' | '<') || (!c.is_ascii() && !c.is_alphanumeric())
 }
 
 fn trailing(c: char) -> bool {
     matches!(c, '"' | '\'' | '`' | ')' | ']' | '}' | '>' | ',' | ';' | '.' | '!' | '?')
+        || (!c.is_ascii() && !c.is_alphanumeric())
 }
 
 /// The kind of secret `word` is, if it is one on its own.
@@ -773,14 +832,21 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
         let path = rest.find('/').unwrap_or(rest.len());
         if let Some(at) = rest[..path].rfind('@') {
             let userinfo = &rest[..at];
-            let host = redact_word(&rest[at..], ctx);
+            // A URL's password is one whatever it looks like (`postgres://app:secret@db`),
+            // unless it is a placeholder (`redis://:<password>@cache`).
             if let Some(colon) = userinfo.find(':')
-                && let Some(m) = value_of_key(&userinfo[colon + 1..], false, ctx)
+                && let pass = &userinfo[colon + 1..]
+                && !pass.is_empty()
+                && !placeholder(pass)
             {
+                let m = ctx.mask(secret_kind(pass).unwrap_or("secret"), pass);
+                let host = redact_word(&rest[at..], ctx);
                 return format!("{}{m}{host}", &w[..i + 3 + colon + 1]);
             }
             if let Some(kind) = secret_kind(userinfo) {
-                return format!("{}{}{host}", &w[..i + 3], ctx.mask(kind, userinfo));
+                let m = ctx.mask(kind, userinfo);
+                let host = redact_word(&rest[at..], ctx);
+                return format!("{}{m}{host}", &w[..i + 3]);
             }
         }
     }
@@ -972,7 +1038,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut prev_word = "";
     // `echo 'S3cret' | sudo -S …` / `| docker login --password-stdin`: the echoed word, where
     // it sits in `out`, until the line shows it is read as a password.
-    let mut echoed: Option<(usize, usize)> = None;
+    let mut echoed: Option<(usize, usize, String)> = None;
     let mut after_echo = false;
     // Words left in a sentence about a password ("the admin password for grafana is …"),
     // in which a strongly credential-looking word is taken for it.
@@ -1039,19 +1105,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         pw_window = pw_window.saturating_sub(1);
-        if out[..out.len() - ws].rfind('\n').is_some_and(|nl| echoed.is_some_and(|(s, _)| nl > s)) {
+        if echoed.as_ref().is_some_and(|(s, _, _)| out[*s..].contains('\n')) {
             echoed = None;
         }
-        if let Some((s, e)) = echoed
-            && (matches!(core, "-S" | "--password-stdin" | "--stdin") || core.ends_with("--password-stdin"))
+        if matches!(core, "-S" | "--password-stdin" | "--stdin")
+            && let Some((s, e, word)) = echoed.take()
+            // Only if the echoed word is still there as it was (nothing masked it since).
+            && out.get(s..e) == Some(word.as_str())
         {
-            let word = out[s..e].to_owned();
             out.replace_range(s..e, &ctx.mask("secret", &word));
-            echoed = None;
         }
         if std::mem::take(&mut after_echo) && secret_value(core, false) && !core.starts_with('-') {
             let s = out.len() + pre.len();
-            echoed = Some((s, s + core.len()));
+            echoed = Some((s, s + core.len(), core.to_owned()));
         }
         if core == "echo" {
             after_echo = true;
@@ -1224,6 +1290,50 @@ mod tests {
             redact_secrets("postgres://app:pa55@db:5432/x"),
             "postgres://app:[redacted:secret]@db:5432/x"
         );
+    }
+
+    #[test]
+    fn a_password_piped_to_a_command_that_reads_it_is_masked_and_nothing_else_moves() {
+        assert_eq!(redact_secrets("echo 'S3cr3t-pw9' | sudo -S ls"), "echo '[redacted:secret]' | sudo -S ls");
+        // The echoed word is a token already masked: the later `-S` changes nothing (it once
+        // pointed at a stale range, cutting text or panicking).
+        let t = "echo ghp_abcdefghijklmnopqrstuvwxyz0123456789 é | sudo -S ls";
+        assert_eq!(redact_secrets(t), "echo [redacted:github-token] é | sudo -S ls");
+        let t = "echo AKIA2E0A8F3B244C9986 | docker login --password-stdin";
+        assert_eq!(redact_secrets(t), "echo [redacted:aws-access-key] | docker login --password-stdin");
+    }
+
+    #[test]
+    fn only_known_public_blocks_are_left_whole() {
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUQ2h5c2ljYWxseUFXU1NlY3JldEtleTAwMDAwMDAw\n-----END CERTIFICATE-----";
+        assert_eq!(redact_secrets(cert), cert);
+        let notes = "-----BEGIN NOTES-----\npassword=S3cretPw9 AKIA2E0A8F3B244C9986\n-----END NOTES-----";
+        assert_eq!(
+            redact_secrets(notes),
+            "-----BEGIN NOTES-----\npassword=[redacted:secret] [redacted:aws-access-key]\n-----END NOTES-----"
+        );
+    }
+
+    #[test]
+    fn text_around_secrets_in_any_script_is_kept_and_never_split() {
+        assert_eq!(redact_secrets("«AKIA2E0A8F3B244C9986» ok"), "«[redacted:aws-access-key]» ok");
+        assert_eq!(redact_secrets("“ghp_abcdefghijklmnopqrstuvwxyz0123456789”"), "“[redacted:github-token]”");
+        for t in ["日本語のテキスト：問題なし", "naïve café — résumé", "ключ: значение"] {
+            assert_eq!(redact_secrets(t), t);
+        }
+    }
+
+    #[test]
+    fn a_urls_password_goes_whatever_it_looks_like() {
+        assert_eq!(redact_secrets("postgres://app:secret@db/x"), "postgres://app:[redacted:secret]@db/x");
+        assert_eq!(redact_secrets("redis://:<password>@cache:6379"), "redis://:<password>@cache:6379");
+        // Counted once: the host part is read only for the branch that keeps it.
+        let mut found = Redactions::default();
+        let out = Redactor::new()
+            .text("https://git@github.com/x?token=ghp_abcdefghijklmnopqrstuvwxyz0123456789", "t", &mut found)
+            .unwrap();
+        assert_eq!(out, "https://git@github.com/x?token=[redacted:github-token]");
+        assert_eq!(found.total(), 1);
     }
 
     #[test]

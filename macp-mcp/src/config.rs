@@ -97,6 +97,13 @@ pub struct CommonArgs {
     /// Vector size to request (with `--embedder titan`: 256, 512 or 1024).
     #[arg(long, env = "MACP_EMBEDDINGS_DIMENSIONS", global = true)]
     pub embeddings_dimensions: Option<usize>,
+    /// A kind of secret not to redact on write (repeatable); every command that writes uses
+    /// the same redactor as the server.
+    #[arg(long = "redact-off", env = "MACP_REDACT_OFF", value_delimiter = ',', global = true)]
+    pub redact_off: Vec<String>,
+    /// An extra pattern to redact, `KIND=REGEX` (repeatable).
+    #[arg(long = "redact-pattern", global = true)]
+    pub redact_patterns: Vec<String>,
 }
 
 /// Flags of `macp serve`.
@@ -142,12 +149,6 @@ pub struct ServeArgs {
     /// room in between; 0 for no limit.
     #[arg(long, env = "MACP_MAX_EXCHANGES")]
     pub max_exchanges: Option<usize>,
-    /// A kind of secret not to redact on write (repeatable).
-    #[arg(long = "redact-off", env = "MACP_REDACT_OFF", value_delimiter = ',')]
-    pub redact_off: Vec<String>,
-    /// An extra pattern to redact, `KIND=REGEX` (repeatable).
-    #[arg(long = "redact-pattern")]
-    pub redact_patterns: Vec<String>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -384,7 +385,7 @@ impl Resolved {
                     r = r.disable(kind.trim()).map_err(|e| format!("--redact-off: {e}"))?;
                 }
                 let mut patterns: Vec<(String, String)> = file.redact_patterns.into_iter().collect();
-                for p in &serve.redact_patterns {
+                for p in &common.redact_patterns {
                     let (kind, re) = p.split_once('=').ok_or_else(|| {
                         format!("--redact-pattern `{p}`: write KIND=REGEX, e.g. employee-id=E[0-9]{{6}}")
                     })?;

@@ -365,7 +365,8 @@ impl Macp {
 
     /// Issues a presigned upload URL bound to a fresh key under the room's prefix, the content
     /// type and the exact size.
-    pub async fn request_artifact_upload(&self, who: &Principal, req: RequestUpload) -> Result<UploadTicket> {
+    pub async fn request_artifact_upload(&self, who: &Principal, mut req: RequestUpload) -> Result<UploadTicket> {
+        self.redact(&mut req)?;
         let cfg = &self.inner.artifacts;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;

@@ -781,7 +781,10 @@ impl Macp {
                 return Err(Error::invalid("identifier", "give entity_id or identifier, not both"));
             }
             (None, Some(raw)) => {
-                let wanted = validate::identifiers(std::slice::from_ref(raw), l)?;
+                // As identifiers are stored: one that held a secret is found by its fingerprint.
+                let mut raw = raw.clone();
+                self.inner.redactor.identifier(&mut raw.value, "identifier", &mut Default::default())?;
+                let wanted = validate::identifiers(std::slice::from_ref(&raw), l)?;
                 let held = store.find_identifiers(q.room_id, &wanted).await?;
                 let (_, id) = held.into_iter().next().ok_or_else(|| {
                     Error::not_found_hint(

@@ -386,7 +386,8 @@ impl Macp {
     /// Registers an agent in a room, or refreshes it if the same user rejoins with the same
     /// agent id. An agent id already joined by another user is `permission_denied`. The answer
     /// says how much of the room the agent has not acknowledged yet.
-    pub async fn join_room(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
+    pub async fn join_room(&self, who: &Principal, mut req: JoinRoom) -> Result<AgentSession> {
+        self.redact(&mut req)?;
         let mut session = self.join(who, req).await?;
         session.unread = Some(self.unread(session.room_id, &session.agent_id).await?);
         Ok(session)

@@ -147,6 +147,31 @@ pub async fn secrets_are_redacted_before_anything_is_stored(backend: Backend) {
     }
     assert!(m.search_findings(&f.bob, SearchFindings::new(f.room, "Jane")).await.unwrap().results.is_empty());
 
+    // Names matched as written cannot take a placeholder: refused, with the kind.
+    let err = expect_code(
+        m.post_finding(&f.alice, PostFinding::new(f.room, f.a.clone(), "tagged").tags([TOKEN])).await,
+        "invalid_input",
+    );
+    assert!(err.to_string().contains("github-token") && !err.to_string().contains(TOKEN), "{err}");
+    expect_code(
+        m.join_room(&f.bob, macp_core::service::JoinRoom::new(f.room).agent(agent(KEY))).await,
+        "invalid_input",
+    );
+    // A claim and an identifier that held a secret are found by what was given.
+    let released = m.release_claim_as_person(&f.bob, f.room, &format!("rotate {KEY}")).await.unwrap();
+    assert_eq!(released.subject, "rotate [redacted:aws-access-key]");
+    let found = m
+        .entity_graph(
+            &f.bob,
+            GraphQuery {
+                identifier: Some(macp_core::model::Identifier { id_type: "access-key".into(), value: KEY.into() }),
+                ..GraphQuery::new(f.room)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.entities[0].entity.entity_id, e1.entity.entity_id, "looked up by the key itself");
+
     // An unclosed private span: refused, nothing written.
     let before = f.all_findings(&f.bob).await.len();
     let e = expect_code(
