@@ -40,7 +40,7 @@ pub const KINDS: &[&str] = &[
     "secret",
 ];
 
-/// How many secrets of each kind a write had redacted (empty when none).
+/// Secrets redacted, by kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(transparent)]
@@ -59,6 +59,34 @@ impl Redactions {
 
     fn add(&mut self, kind: &str) {
         *self.0.entry(kind.to_owned()).or_default() += 1;
+    }
+}
+
+/// A write's answer when its type is a stored record (a room, a decision, an agent): the record
+/// as stored, with `redacted` beside its fields. Dereferences to the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Written<T> {
+    /// The record as stored.
+    #[serde(flatten)]
+    pub value: T,
+    /// Secrets redacted from this write, by kind.
+    #[serde(default, skip_serializing_if = "Redactions::is_empty")]
+    pub redacted: Redactions,
+}
+
+impl<T> Written<T> {
+    /// The record alone.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+}
+
+impl<T> std::ops::Deref for Written<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
     }
 }
 
@@ -181,7 +209,9 @@ impl Redactor {
                     if m.contains_key(&key) {
                         return Err(Error::invalid(
                             field,
-                            format!("two keys read `{key}` once redacted; rename one so that neither is lost"),
+                            format!(
+                                "two keys read `{key}` once redacted; rename one so that neither is lost"
+                            ),
                         ));
                     }
                     m.insert(key, x);
@@ -1318,7 +1348,8 @@ mod tests {
     fn text_around_secrets_in_any_script_is_kept_and_never_split() {
         assert_eq!(redact_secrets("«AKIA2E0A8F3B244C9986» ok"), "«[redacted:aws-access-key]» ok");
         assert_eq!(redact_secrets("“ghp_abcdefghijklmnopqrstuvwxyz0123456789”"), "“[redacted:github-token]”");
-        for t in ["日本語のテキスト：問題なし", "naïve café — résumé", "ключ: значение"] {
+        for t in ["日本語のテキスト：問題なし", "naïve café — résumé", "ключ: значение"]
+        {
             assert_eq!(redact_secrets(t), t);
         }
     }

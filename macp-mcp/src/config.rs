@@ -380,7 +380,7 @@ impl Resolved {
             redactor: {
                 let mut r = macp_core::redact::Redactor::new();
                 let off =
-                    if serve.redact_off.is_empty() { file.redact_off } else { serve.redact_off.clone() };
+                    if common.redact_off.is_empty() { file.redact_off } else { common.redact_off.clone() };
                 for kind in off {
                     r = r.disable(kind.trim()).map_err(|e| format!("--redact-off: {e}"))?;
                 }

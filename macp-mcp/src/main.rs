@@ -474,7 +474,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 agent_id: None,
             };
             let d = macp.answer_decision(&who, req, Channel::Person).await.map_err(|e| e.to_string())?;
-            println!("answered: {}", d.answer.map(|a| a.text).unwrap_or_default());
+            println!("answered: {}", d.answer.as_ref().map(|a| a.text.clone()).unwrap_or_default());
             Ok(())
         }
         Command::Steer { room, marker, objective, reopen, local_user } => {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::request::Parts;
 use macp_core::model::{AgentSession, Channel, Decision, Room};
+use macp_core::redact::Written;
 use macp_core::service::{
     AddEntity, AddRelationship, AnswerDecision, ArtifactOutcome, ArtifactPage, AskDecision, ClaimResult,
     ClaimWork, CloseRoom, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
@@ -329,8 +330,12 @@ fn done<T>(r: macp_core::Result<T>) -> ToolResult<T> {
 /// core. Write tools fill in the acting agent from the session when the call names none.
 #[tool_router]
 impl MacpMcp {
-    #[tool(description = docs::CREATE_ROOM, output_schema = output::<Room>(), input_schema = input::<CreateRoom>())]
-    async fn create_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+    #[tool(description = docs::CREATE_ROOM, output_schema = output::<Written<Room>>(), input_schema = input::<CreateRoom>())]
+    async fn create_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         done(self.macp.create_room(&who, parse(args)?).await)
     }
@@ -345,8 +350,12 @@ impl MacpMcp {
 
     /// Recorded as an agent's act when the session has joined (or names an agent), else as the
     /// caller's without an agent; never as a person's own (that is `macp close`).
-    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<Room>(), input_schema = input::<CloseRoom>())]
-    async fn close_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+    #[tool(description = docs::CLOSE_ROOM, output_schema = output::<Written<Room>>(), input_schema = input::<CloseRoom>())]
+    async fn close_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: CloseRoom = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id).ok().flatten();
@@ -354,8 +363,12 @@ impl MacpMcp {
     }
 
     /// Always an agent's act: a person steers with `macp steer`.
-    #[tool(description = docs::STEER_ROOM, output_schema = output::<Room>(), input_schema = input::<SteerRoom>())]
-    async fn steer_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Room> {
+    #[tool(description = docs::STEER_ROOM, output_schema = output::<Written<Room>>(), input_schema = input::<SteerRoom>())]
+    async fn steer_room(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: SteerRoom = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
@@ -399,8 +412,12 @@ impl MacpMcp {
         done(self.macp.claim_work(&who, req).await)
     }
 
-    #[tool(description = docs::ASK_DECISION, output_schema = output::<Decision>(), input_schema = input::<AskDecision>())]
-    async fn ask_decision(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Decision> {
+    #[tool(description = docs::ASK_DECISION, output_schema = output::<Written<Decision>>(), input_schema = input::<AskDecision>())]
+    async fn ask_decision(
+        &self,
+        args: JsonObject,
+        ctx: RequestContext<RoleServer>,
+    ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AskDecision = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
@@ -409,24 +426,24 @@ impl MacpMcp {
 
     /// Always recorded as relayed by an agent: nothing an MCP client sends can make an answer
     /// read as a person's own.
-    #[tool(description = docs::ANSWER_DECISION, output_schema = output::<Decision>(), input_schema = input::<AnswerDecision>())]
+    #[tool(description = docs::ANSWER_DECISION, output_schema = output::<Written<Decision>>(), input_schema = input::<AnswerDecision>())]
     async fn answer_decision(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> ToolResult<Decision> {
+    ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AnswerDecision = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.answer_decision(&who, req, Channel::Agent).await)
     }
 
-    #[tool(description = docs::DECLARE_STATUS, output_schema = output::<AgentSession>(), input_schema = input::<DeclareStatus>())]
+    #[tool(description = docs::DECLARE_STATUS, output_schema = output::<Written<AgentSession>>(), input_schema = input::<DeclareStatus>())]
     async fn declare_status(
         &self,
         args: JsonObject,
         ctx: RequestContext<RoleServer>,
-    ) -> ToolResult<AgentSession> {
+    ) -> ToolResult<Written<AgentSession>> {
         let who = self.who(&ctx)?;
         let mut req: DeclareStatus = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;

@@ -92,8 +92,7 @@ pub struct ArtifactOutcome {
     pub artifact: Artifact,
     /// True when this was a retry with the same idempotency key.
     pub replayed: bool,
-    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
-    /// stored text carries `[redacted:<kind>]` where each was.
+    /// Secrets redacted from this write, by kind.
     #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
     pub redacted: crate::redact::Redactions,
 }
@@ -365,7 +364,11 @@ impl Macp {
 
     /// Issues a presigned upload URL bound to a fresh key under the room's prefix, the content
     /// type and the exact size.
-    pub async fn request_artifact_upload(&self, who: &Principal, mut req: RequestUpload) -> Result<UploadTicket> {
+    pub async fn request_artifact_upload(
+        &self,
+        who: &Principal,
+        mut req: RequestUpload,
+    ) -> Result<UploadTicket> {
         self.redact(&mut req)?;
         let cfg = &self.inner.artifacts;
         self.writable_room(req.room_id).await?;

@@ -81,8 +81,7 @@ pub struct ClaimResult {
     pub renewed: bool,
     /// It was released by this call.
     pub released: bool,
-    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
-    /// stored text carries `[redacted:<kind>]` where each was.
+    /// Secrets redacted from this write, by kind.
     #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
     pub redacted: crate::redact::Redactions,
 }

@@ -1,6 +1,7 @@
 //! The decision queue: agents ask the people; people answer. Who answered, and whether a person
 //! answered directly or an agent relayed it, is part of the record.
 
+use crate::redact::Written;
 use serde::{Deserialize, Serialize};
 
 use super::{Macp, Principal};
@@ -81,8 +82,14 @@ pub struct AnswerDecision {
 impl Macp {
     /// Asks the people of the room a question. It stays at the top of the context and the
     /// summary until answered.
-    pub async fn ask_decision(&self, who: &Principal, mut req: AskDecision) -> Result<Decision> {
-        let _redacted = self.redact(&mut req)?;
+    pub async fn ask_decision(&self, who: &Principal, mut req: AskDecision) -> Result<Written<Decision>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.ask_decision_redacted(who, req).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::ask_decision`] once its texts are redacted.
+    async fn ask_decision_redacted(&self, who: &Principal, req: AskDecision) -> Result<Decision> {
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
@@ -129,8 +136,19 @@ impl Macp {
         who: &Principal,
         mut req: AnswerDecision,
         via: Channel,
+    ) -> Result<Written<Decision>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.answer_decision_redacted(who, req, via).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::answer_decision`] once its texts are redacted.
+    async fn answer_decision_redacted(
+        &self,
+        who: &Principal,
+        req: AnswerDecision,
+        via: Channel,
     ) -> Result<Decision> {
-        let _redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         self.writable_room(req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;

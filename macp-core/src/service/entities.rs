@@ -94,8 +94,7 @@ pub struct EntityOutcome {
     pub other_matches: Vec<EntityId>,
     /// Requested identifiers not added because another entity holds them.
     pub identifiers_held_elsewhere: Vec<Identifier>,
-    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
-    /// stored text carries `[redacted:<kind>]` where each was.
+    /// Secrets redacted from this write, by kind.
     #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
     pub redacted: crate::redact::Redactions,
 }
@@ -177,8 +176,7 @@ pub struct RelationshipOutcome {
     pub created: bool,
     /// True when this was a retry with the same idempotency key.
     pub replayed: bool,
-    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
-    /// stored text carries `[redacted:<kind>]` where each was.
+    /// Secrets redacted from this write, by kind.
     #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
     pub redacted: crate::redact::Redactions,
 }

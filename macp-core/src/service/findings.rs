@@ -131,8 +131,7 @@ pub struct PostedFinding {
     /// True when this was a retry of an earlier post with the same idempotency key: nothing
     /// new was written.
     pub replayed: bool,
-    /// What the redactor took out of this write's texts, by kind (absent when nothing): the
-    /// stored text carries `[redacted:<kind>]` where each was.
+    /// Secrets redacted from this write, by kind.
     #[serde(default, skip_serializing_if = "crate::redact::Redactions::is_empty")]
     pub redacted: crate::redact::Redactions,
 }

@@ -1,5 +1,6 @@
 //! Rooms and agent presence: create, join, close, list, summary, declared status.
 
+use crate::redact::Written;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -359,8 +360,14 @@ pub struct RoomSummary {
 
 impl Macp {
     /// Creates a room with a stated objective. Anyone authenticated may create rooms.
-    pub async fn create_room(&self, who: &Principal, mut req: CreateRoom) -> Result<Room> {
-        let _redacted = self.redact(&mut req)?;
+    pub async fn create_room(&self, who: &Principal, mut req: CreateRoom) -> Result<Written<Room>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.create_room_redacted(who, req).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::create_room`] once its texts are redacted.
+    async fn create_room_redacted(&self, who: &Principal, req: CreateRoom) -> Result<Room> {
         let l = &self.inner.limits;
         let room = Room {
             room_id: RoomId::generate(),
@@ -451,8 +458,19 @@ impl Macp {
     /// Closes a room, with how it was resolved if given. It stays fully readable; later
     /// writes return `room_closed` until it is reopened. Closing a closed room returns it
     /// unchanged (the first close and its resolution stand).
-    pub async fn close_room(&self, who: &Principal, mut req: CloseRoom, via: Channel) -> Result<Room> {
-        let _redacted = self.redact(&mut req)?;
+    pub async fn close_room(
+        &self,
+        who: &Principal,
+        mut req: CloseRoom,
+        via: Channel,
+    ) -> Result<Written<Room>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.close_room_redacted(who, req, via).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::close_room`] once its texts are redacted.
+    async fn close_room_redacted(&self, who: &Principal, req: CloseRoom, via: Channel) -> Result<Room> {
         let l = &self.inner.limits;
         let summary = validate::optional_text("resolution", req.resolution.as_deref(), l.max_content_bytes)?;
         if summary.is_none() && !req.root_cause.is_empty() {
@@ -504,8 +522,19 @@ impl Macp {
     /// asks for several. Each change is recorded with who made it and through which channel:
     /// [`Channel::Person`] or [`Channel::Web`] only from a person's own tool (`macp` on the command line, the web
     /// view); the MCP server passes [`Channel::Agent`] for every call.
-    pub async fn steer_room(&self, who: &Principal, mut req: SteerRoom, via: Channel) -> Result<Room> {
-        let _redacted = self.redact(&mut req)?;
+    pub async fn steer_room(
+        &self,
+        who: &Principal,
+        mut req: SteerRoom,
+        via: Channel,
+    ) -> Result<Written<Room>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.steer_room_redacted(who, req, via).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::steer_room`] once its texts are redacted.
+    async fn steer_room_redacted(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
         let l = &self.inner.limits;
         if !req.reopen && req.objective.is_none() && req.marker.is_none() {
             return Err(Error::invalid("objective", "give at least one of objective, marker or reopen"));
@@ -747,8 +776,18 @@ impl Macp {
     }
 
     /// Records an agent's declared status. Advisory only: nothing in MACP is gated on it.
-    pub async fn declare_status(&self, who: &Principal, mut req: DeclareStatus) -> Result<AgentSession> {
-        let _redacted = self.redact(&mut req)?;
+    pub async fn declare_status(
+        &self,
+        who: &Principal,
+        mut req: DeclareStatus,
+    ) -> Result<Written<AgentSession>> {
+        let redacted = self.redact(&mut req)?;
+        let value = self.declare_status_redacted(who, req).await?;
+        Ok(Written { value, redacted })
+    }
+
+    /// [`Self::declare_status`] once its texts are redacted.
+    async fn declare_status_redacted(&self, who: &Principal, req: DeclareStatus) -> Result<AgentSession> {
         self.writable_room(req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let reason =

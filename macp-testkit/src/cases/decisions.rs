@@ -58,7 +58,7 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
         )
         .await
         .unwrap();
-    let a = relayed.answer.expect("answered");
+    let a = relayed.into_inner().answer.expect("answered");
     assert_eq!(
         (a.channel, a.agent_id.as_ref(), a.user_id.as_str()),
         (Channel::Agent, Some(&f.b), "bob@example.com")
@@ -95,6 +95,7 @@ pub async fn decisions_wait_for_the_people_and_record_who_answered(backend: Back
         )
         .await
         .unwrap()
+        .into_inner()
         .answer
         .unwrap();
     assert_eq!((direct.channel, direct.agent_id), (Channel::Person, None));

@@ -119,6 +119,7 @@ pub async fn secrets_are_redacted_before_anything_is_stored(backend: Backend) {
         .unwrap();
     assert_eq!(d.question, "revoke [redacted:aws-access-key] now?");
     assert_eq!(d.options[1], "[redacted:github-token]");
+    assert_eq!(d.redacted.total(), 2, "a decision's answer counts what was taken");
     let s = m
         .declare_status(
             &f.bob,
@@ -128,6 +129,7 @@ pub async fn secrets_are_redacted_before_anything_is_stored(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(s.status_reason.as_deref(), Some("need [redacted:github-token] revoked"));
+    assert_eq!(s.redacted.0.get("github-token"), Some(&1));
     let c =
         m.claim_work(&f.alice, ClaimWork::new(f.room, f.a.clone(), format!("rotate {KEY}"))).await.unwrap();
     assert_eq!(c.claim.subject, "rotate [redacted:aws-access-key]");
@@ -164,7 +166,10 @@ pub async fn secrets_are_redacted_before_anything_is_stored(backend: Backend) {
         .entity_graph(
             &f.bob,
             GraphQuery {
-                identifier: Some(macp_core::model::Identifier { id_type: "access-key".into(), value: KEY.into() }),
+                identifier: Some(macp_core::model::Identifier {
+                    id_type: "access-key".into(),
+                    value: KEY.into(),
+                }),
                 ..GraphQuery::new(f.room)
             },
         )

@@ -31,7 +31,7 @@ pub async fn create_room_assigns_id_and_defaults(backend: Backend) {
     assert_eq!(room.objective, "Why is p99 up?", "objective is trimmed");
     assert_eq!(room.tags, vec!["sev-2"], "tags are normalised");
     let again = macp.room_summary(&alice, room.room_id).await.unwrap().room;
-    assert_eq!(again, room, "the stored room reads back identically");
+    assert_eq!(again, *room, "the stored room reads back identically");
 }
 
 /// Bad input is refused with a stable code and the limit, and nothing is written.

@@ -181,7 +181,11 @@ pub async fn close_with_resolution_then_reopen(backend: Backend) {
     let listed = f.macp.room_summary(&f.bob, f.room).await.unwrap();
     assert_eq!(listed.room.status, RoomStatus::Active);
     let again = f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
-    assert_eq!((again.resolution, again.past_resolutions), (None, vec![res]), "closing again loses nothing");
+    assert_eq!(
+        (again.resolution.clone(), again.past_resolutions.clone()),
+        (None, vec![res]),
+        "closing again loses nothing"
+    );
 }
 
 /// Two agents that keep addressing each other are stopped after the configured number of
