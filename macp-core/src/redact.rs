@@ -150,7 +150,12 @@ impl Redactor {
     /// `text` as stored: private spans removed, secrets replaced, counted into `found`.
     /// `field` names the text in an error (an unclosed `<private>`).
     pub fn text(&self, text: &str, field: &str, found: &mut Redactions) -> Result<String> {
-        let mut public = strip_private(text, field, found)?;
+        let public = strip_private(text, field, found)?;
+        Ok(self.secrets(public, found))
+    }
+
+    /// `text` with its secrets replaced, counted into `found` (`<private>` markup not read).
+    fn secrets(&self, mut public: String, found: &mut Redactions) -> String {
         // The operator's patterns first: what they name is theirs to label, and the built-in
         // rules then leave their placeholders alone.
         for p in &self.extra {
@@ -172,7 +177,7 @@ impl Redactor {
             at = end;
         }
         out.push_str(&redact_secrets_with(&keys[at..], &mut ctx));
-        Ok(out)
+        out
     }
 
     /// [`Self::text`] in place.
@@ -393,6 +398,10 @@ const CLOSE: &str = "</private>";
 
 /// `text` without its `<private>…</private>` spans (tags matched without regard to case).
 fn strip_private(text: &str, field: &str, found: &mut Redactions) -> Result<String> {
+    if !text.contains('<') {
+        return Ok(text.to_owned());
+    }
+    // ASCII lower-casing keeps every byte offset, so `lower`'s indices are `text`'s.
     let lower = text.to_ascii_lowercase();
     if !lower.contains(OPEN) && !lower.contains(CLOSE) {
         return Ok(text.to_owned());
@@ -400,8 +409,7 @@ fn strip_private(text: &str, field: &str, found: &mut Redactions) -> Result<Stri
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     while let Some(i) = lower[at..].find(OPEN).map(|i| at + i) {
-        if let Some(c) = lower[at..i].find(CLOSE) {
-            let _ = c;
+        if lower[at..i].contains(CLOSE) {
             return Err(Error::invalid(field, "a `</private>` closes no `<private>`: mark the span again"));
         }
         out.push_str(&text[at..i]);
@@ -1042,14 +1050,9 @@ fn secret_flag(word: &str) -> Option<bool> {
 /// credential after an `Authorization` scheme, a URL's password, the value of a `password=…`,
 /// `token: …`, `"secret": "…"`, `?token=…` pair or a `--password` flag. Whitespace is kept as
 /// it was.
+/// `<private>` markup is not read here (see [`Redactor::text`]).
 pub fn redact_secrets(text: &str) -> String {
-    Redactor::new().text(text, "text", &mut Redactions::default()).unwrap_or_else(|_| {
-        // Only `<private>` markup can fail; here the text is redacted without that step.
-        let mut found = Redactions::default();
-        let mut ctx = Ctx { off: &BTreeSet::new(), found: &mut found };
-        let keys = private_keys(text, &mut ctx);
-        redact_secrets_with(&keys, &mut ctx)
-    })
+    Redactor::new().secrets(text.to_owned(), &mut Redactions::default())
 }
 
 fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
@@ -1182,14 +1185,30 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         if let Some((kind, weak)) = pending.take() {
-            // `<add key="SmtpPassword" value="…" />`: the value attribute.
-            let core = core.strip_prefix("value=").unwrap_or(core);
-            let bare = core.trim_matches(|c| c == '"' || c == '\'');
+            // `<add key="SmtpPassword" value="…" />`: the value attribute's value; the
+            // attribute's name and quotes stay.
+            let (lead, value) = match core.strip_prefix("value=") {
+                Some(v) => ("value=", v),
+                None => ("", core),
+            };
+            let open = &value[..value.len() - value.trim_start_matches(['"', '\'']).len()];
+            let inner = &value[open.len()..];
+            // A quoted value ends at its closing quote, punctuation included (`"S3cret!"`).
+            let quote =
+                open.chars().next().or_else(|| pre.chars().last().filter(|c| matches!(c, '"' | '\'')));
+            let tail = format!("{}{post}", &inner[inner.trim_end_matches(['"', '\'']).len()..]);
+            let bare_end = inner.trim_end_matches(['"', '\'']);
+            let (bare, rest) = match quote.and_then(|q| tail.find(q)) {
+                Some(k) if k > 0 => (format!("{bare_end}{}", &tail[..k]), &tail[k..]),
+                _ => (bare_end.to_owned(), tail.as_str()),
+            };
             let template = placeholder(raw.trim_start_matches(['"', '\'']));
-            if !template && (secret_kind(bare).is_some() || secret_value(bare, weak)) {
-                out.push_str(pre);
-                out.push_str(&ctx.mask(secret_kind(bare).unwrap_or(kind), core));
-                out.push_str(post);
+            let shape = secret_kind(&bare);
+            if !template && (shape.is_some() || secret_value(&bare, weak)) {
+                let masked = ctx.mask(shape.unwrap_or(kind), &bare);
+                for part in [pre, lead, open, masked.as_str(), rest] {
+                    out.push_str(part);
+                }
                 bare_key = None;
                 continue;
             }
@@ -1263,8 +1282,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some(("secret", !is_password_key(name)));
         }
-        bare_key = (lone && is_secret_key(core)).then(|| !is_password_key(core));
-        if lone && is_password_key(core) {
+        let password = lone && is_password_key(core);
+        bare_key = (lone && is_secret_key(core)).then_some(!password);
+        if password {
             // `password Falcon%falcon2566&` (.netrc): a credential-looking next word; and a
             // sentence about a password names it within a few words.
             pending = Some(("secret", true));
@@ -1331,6 +1351,16 @@ mod tests {
         assert_eq!(redact_secrets(t), "echo [redacted:github-token] é | sudo -S ls");
         let t = "echo AKIA2E0A8F3B244C9986 | docker login --password-stdin";
         assert_eq!(redact_secrets(t), "echo [redacted:aws-access-key] | docker login --password-stdin");
+    }
+
+    #[test]
+    fn an_attributes_value_is_masked_and_its_name_and_quotes_stay() {
+        assert_eq!(
+            redact_secrets(r#"<add key="SmtpPassword" value="S3cr3tPw9!" />"#),
+            r#"<add key="SmtpPassword" value="[redacted:secret]" />"#
+        );
+        let template = r##"<add key="SmtpPassword" value="#{SmtpPassword}#" />"##;
+        assert_eq!(redact_secrets(template), template);
     }
 
     #[test]
