@@ -94,4 +94,39 @@ impl BlobStore for AwsBackend {
             Err(e) => Err(aws_err("s3", "HeadObject", e)),
         }
     }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        // Every version, not only the current one: on a versioned bucket a plain delete would
+        // leave the bytes behind a delete marker.
+        let bucket = &self.names.artifact_bucket;
+        let listed = self
+            .s3
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(key)
+            .send()
+            .await
+            .map_err(|e| aws_err("s3", "ListObjectVersions", e))?;
+        let versions = listed.versions().iter().filter(|v| v.key() == Some(key)).map(|v| v.version_id());
+        let markers = listed.delete_markers().iter().filter(|m| m.key() == Some(key)).map(|m| m.version_id());
+        for version in versions.chain(markers) {
+            self.s3
+                .delete_object()
+                .bucket(bucket)
+                .key(key)
+                .set_version_id(version.map(str::to_owned))
+                .send()
+                .await
+                .map_err(|e| aws_err("s3", "DeleteObject", e))?;
+        }
+        // An unversioned bucket, or an emulator that lists no versions.
+        self.s3
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| aws_err("s3", "DeleteObject", e))?;
+        Ok(())
+    }
 }

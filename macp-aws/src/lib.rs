@@ -234,8 +234,9 @@ impl AwsBuilder {
     }
 }
 
-/// Per-room keyword indexes and the last `seq` each has read.
-pub(crate) type KeywordCache = HashMap<RoomId, (u64, Arc<KeywordIndex>)>;
+/// Per-room keyword indexes: the last `seq` each has read, the room's erasure count it was
+/// built at, and the index.
+pub(crate) type KeywordCache = HashMap<RoomId, (u64, u64, Arc<KeywordIndex>)>;
 
 /// MACP's AWS backend. Cheap to clone.
 #[derive(Clone)]

@@ -77,6 +77,10 @@ pub trait BlobStore: Send + Sync + Debug {
 
     /// The stored object's size and type, or `None`.
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>>;
+
+    /// Deletes the object at `key` for good (erasure): afterwards `head` answers `None` and
+    /// download URLs answer nothing. Deleting a missing object succeeds.
+    async fn delete(&self, key: &str) -> Result<()>;
 }
 
 /// Bytes in flight: a request body, or a stored object being read.
@@ -430,6 +434,11 @@ mod memory {
 
         async fn head(&self, key: &str) -> Result<Option<ObjectMeta>> {
             Ok(self.objects.lock().unwrap_or_else(|p| p.into_inner()).get(key).map(|(m, _)| m.clone()))
+        }
+
+        async fn delete(&self, key: &str) -> Result<()> {
+            self.objects.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+            Ok(())
         }
     }
 }

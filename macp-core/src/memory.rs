@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, Timestamp};
 use crate::model::{
-    AgentSession, Answer, Artifact, Claim, Decision, Entity, Event, EventKind, Finding, Identifier,
+    AgentSession, Answer, Artifact, Claim, Decision, Entity, Erasure, Event, EventKind, Finding, Identifier,
     IndexStatus, Relationship, Room, RoomStatus,
 };
 use crate::search::keyword::KeywordIndex;
@@ -80,6 +80,13 @@ impl State {
         let feed = self.events.entry(room_id).or_default();
         let seq = feed.len() as u64 + 1;
         feed.push(event.at_seq(seq));
+    }
+
+    /// Gives every event of the room about `what` the erasure notice as its summary.
+    fn renotice(&mut self, room_id: RoomId, what: impl Fn(&Event) -> bool, notice: &str) {
+        for e in self.events.entry(room_id).or_default().iter_mut().filter(|e| what(e)) {
+            e.summary = Event::summary_of(notice);
+        }
     }
 
     fn record(&mut self, room_id: RoomId, idempotency: Option<&IdempotencyKey>) {
@@ -234,6 +241,36 @@ impl FindingStore for MemoryStore {
         s.push_event(finding.room_id, event);
         s.record(finding.room_id, idempotency);
         Ok(Write::Applied(stored))
+    }
+
+    async fn erase_finding(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Finding>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(f) =
+            s.findings.get_mut(&room_id).and_then(|l| l.iter_mut().find(|f| f.finding_id == finding_id))
+        else {
+            return Ok(None);
+        };
+        if f.erased.is_some() {
+            return Ok(Some(f.clone()));
+        }
+        let notice = erasure.notice();
+        f.content = notice.clone();
+        f.evidence.clear();
+        f.erased = Some(erasure.clone());
+        let erased = f.clone();
+        if let Some(ix) = s.keywords.get_mut(&room_id) {
+            ix.remove(finding_id);
+        }
+        s.renotice(room_id, |e| e.finding_id == Some(finding_id), &notice);
+        s.push_event(room_id, event);
+        Ok(Some(erased))
     }
 
     async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>> {
@@ -592,6 +629,28 @@ impl ArtifactStore for MemoryStore {
         s.push_event(room, event);
         s.record(room, idempotency);
         Ok(Write::Applied(artifact.clone()))
+    }
+
+    async fn erase_artifact(
+        &self,
+        room_id: RoomId,
+        artifact_id: ArtifactId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Artifact>> {
+        interleave().await;
+        let mut s = self.lock();
+        let Some(a) = s.artifacts.get_mut(&(room_id, artifact_id)) else { return Ok(None) };
+        if a.erased.is_some() {
+            return Ok(Some(a.clone()));
+        }
+        let notice = erasure.notice();
+        a.description = Some(notice.clone());
+        a.erased = Some(erasure.clone());
+        let erased = a.clone();
+        s.renotice(room_id, |e| e.artifact_id == Some(artifact_id), &notice);
+        s.push_event(room_id, event);
+        Ok(Some(erased))
     }
 
     async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

@@ -12,9 +12,10 @@ use crate::ids::{AgentId, ArtifactId, DecisionId, EntityId, FindingId, RoomId, T
 
 macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }, $field:literal) => {
-        $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+        // After the derives: a `schemars(description)` among them must follow its derive.
+        $(#[$doc])*
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $($(#[$vdoc])* $variant),+
@@ -64,6 +65,7 @@ wire_enum!(
     /// Who sees what in a room. Only `full` exists in phase 1: every member sees every finding.
     /// The field is reserved so other modes can be added without a schema change. Visibility is
     /// a coordination mechanism, never access control.
+    #[cfg_attr(feature = "schemars", schemars(description = "Who sees what: only `full` (every member sees every finding)."))]
     VisibilityMode {
         /// Every member sees every finding.
         Full = "full"
@@ -186,6 +188,7 @@ pub struct Room {
     pub markers: Vec<Marker>,
     /// Moves by one with every change to the fields above or to the status: what a store's
     /// compare-and-set on the room compares (see `RoomStore::update_room`).
+    #[cfg_attr(feature = "schemars", schemars(description = "Moves by one with every change."))]
     #[serde(default)]
     pub version: u64,
 }
@@ -374,6 +377,37 @@ pub struct Finding {
     pub idempotency_key: Option<String>,
     /// When it was posted.
     pub created_at: Timestamp,
+    /// Set once erased: `content` is the notice, `evidence` empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erased: Option<Erasure>,
+}
+
+/// Who erased it, when, why.
+// What was erased is gone from the store; this record and the notice that replaced it stay for
+// the postmortem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub struct Erasure {
+    /// The person (or whose agent).
+    pub by: UserId,
+    /// The agent, if an agent did it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<AgentId>,
+    /// When.
+    pub at: Timestamp,
+    /// Why.
+    pub reason: String,
+}
+
+impl Erasure {
+    /// The text that stands in for erased content.
+    pub fn notice(&self) -> String {
+        let who = match &self.agent_id {
+            Some(a) => format!("{} (agent {a})", self.by),
+            None => self.by.to_string(),
+        };
+        format!("[erased by {who} at {}: {}]", self.at, self.reason)
+    }
 }
 
 wire_enum!(
@@ -431,6 +465,7 @@ pub struct Identifier {
     #[serde(rename = "type")]
     pub id_type: String,
     /// Value, normalised per type (see [`crate::validate::normalize_identifier`]).
+    #[cfg_attr(feature = "schemars", schemars(description = "Value, normalised per type."))]
     pub value: String,
 }
 
@@ -567,6 +602,9 @@ pub struct Artifact {
     /// The client's retry key, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Set once erased: bytes deleted, `description` is the notice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erased: Option<Erasure>,
 }
 
 wire_enum!(
@@ -606,7 +644,10 @@ wire_enum!(
         /// read it in get_room_context).
         DecisionAsked = "decision_asked",
         /// A decision was answered (the summary says by whom and through which channel).
-        DecisionAnswered = "decision_answered"
+        DecisionAnswered = "decision_answered",
+        /// A finding (`finding_id`) or an artifact (`artifact_id`) was erased; the summary says
+        /// by whom and why. Earlier events about it now carry the notice instead of its text.
+        Erased = "erased"
     },
     "kinds"
 );
@@ -649,14 +690,6 @@ impl Event {
     /// [`Event::SUMMARY_CHARS`] characters on a character boundary, marked with `…`), before the
     /// store gives it its `seq`.
     pub fn new(kind: EventKind, at: Timestamp, user_id: UserId, summary: &str) -> Self {
-        let one_line: String = summary.split_whitespace().collect::<Vec<_>>().join(" ");
-        let summary = if one_line.chars().count() > Self::SUMMARY_CHARS {
-            let mut s: String = one_line.chars().take(Self::SUMMARY_CHARS - 1).collect();
-            s.push('…');
-            s
-        } else {
-            one_line
-        };
         Self {
             seq: 0,
             kind,
@@ -666,7 +699,19 @@ impl Event {
             finding_id: None,
             entity_ids: Vec::new(),
             artifact_id: None,
-            summary,
+            summary: Self::summary_of(summary),
+        }
+    }
+
+    /// `text` as an event's summary: one line, at most [`Event::SUMMARY_CHARS`] characters.
+    pub fn summary_of(text: &str) -> String {
+        let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        if one_line.chars().count() > Self::SUMMARY_CHARS {
+            let mut s: String = one_line.chars().take(Self::SUMMARY_CHARS - 1).collect();
+            s.push('…');
+            s
+        } else {
+            one_line
         }
     }
 
@@ -783,6 +828,10 @@ wire_enum!(
     /// Through which channel a person's act came (an answer, a marker, a new objective, a
     /// close or reopen). Only a person's own tool gives `person`: the MCP server records every
     /// act it takes as an agent's, whatever the agent says.
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(description = "How a person's act came: `person` (command line), `web` (web view) or `agent` (MCP).")
+    )]
     Channel {
         /// A person acted directly on the command line (`macp decide`, `macp steer`, …).
         Person = "person",

@@ -321,6 +321,12 @@ impl Redact for crate::service::AskDecision {
     }
 }
 
+impl Redact for crate::service::Erase {
+    fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
+        r.apply(&mut self.reason, "reason", found)
+    }
+}
+
 impl Redact for crate::service::AnswerDecision {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
         r.apply(&mut self.answer, "answer", found)

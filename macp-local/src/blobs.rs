@@ -354,4 +354,36 @@ impl BlobStore for LocalBlobStore {
             content_type: v["content_type"].as_str().unwrap_or_default().to_owned(),
         }))
     }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        let Some(key) = safe_key(key) else { return Ok(()) };
+        let (data, meta) = (self.root.join(key), self.meta.join(format!("{key}.json")));
+        tokio::task::spawn_blocking(move || {
+            // Zeroed and synced before the unlink, so the freed blocks do not hold the bytes.
+            match std::fs::OpenOptions::new().write(true).open(&data) {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let len = f.metadata()?.len();
+                    let zeros = vec![0u8; 64 * 1024];
+                    let mut left = len;
+                    while left > 0 {
+                        let n = left.min(zeros.len() as u64) as usize;
+                        f.write_all(&zeros[..n])?;
+                        left -= n as u64;
+                    }
+                    f.sync_data()?;
+                    std::fs::remove_file(&data)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            match std::fs::remove_file(&meta) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| Error::backend("local-blobs", true, format!("delete task failed: {e}"), None))?
+        .map_err(|e| io_err("cannot delete an artifact", e))
+    }
 }

@@ -140,6 +140,9 @@ impl SqliteStoreBuilder {
         };
         conn.pragma_update(None, "synchronous", sync).map_err(sql_err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(sql_err)?;
+        // Deleted and overwritten content is zeroed in the file, so an erasure leaves nothing
+        // behind (see `SqliteStore::scrub`).
+        conn.pragma_update(None, "secure_delete", "ON").map_err(sql_err)?;
         // Every statement the store runs stays prepared (rusqlite keeps 16 by default).
         conn.set_prepared_statement_cache_capacity(256);
         Ok(conn)
@@ -237,6 +240,33 @@ impl SqliteStore {
         std::fs::metadata(dest)
             .map(|m| m.len())
             .map_err(|e| Error::backend("sqlite", false, format!("backup written but unreadable: {e}"), None))
+    }
+
+    /// Makes what an erasure overwrote unrecoverable from the files: the erasing write zeroed
+    /// the old bytes in its new page images (`secure_delete`), but older images of those pages
+    /// may still sit in the WAL. A `TRUNCATE` checkpoint copies the WAL into the database file
+    /// and empties it. It waits (up to the busy timeout) for readers that still see the older
+    /// pages; if they outlast it, the erasure is committed but its old bytes are not yet gone,
+    /// and the caller is told to retry (erasing again only repeats this step).
+    pub(crate) async fn scrub(&self) -> Result<()> {
+        let (busy, _, _) = self
+            .read(|c| {
+                c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                })
+                .map_err(sql_err)
+            })
+            .await?;
+        if busy != 0 {
+            return Err(Error::backend(
+                "sqlite",
+                true,
+                "erased, but long-running readers still hold older copies of the pages in the write-ahead \
+                 log; erase again to finish removing them",
+                None,
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `f` inside a write transaction on the writer thread, possibly together with other

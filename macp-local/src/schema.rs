@@ -256,6 +256,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE rooms ADD COLUMN record TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE rooms ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 9: erasure (`erased`: who erased a finding or an artifact, when and why, as JSON).
+    r#"
+    ALTER TABLE findings ADD COLUMN erased TEXT;
+    ALTER TABLE artifacts ADD COLUMN erased TEXT;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -254,6 +254,7 @@ macro_rules! conformance_tests {
             a_digest_since_a_marker_is_bounded_with_exact_totals,
             secrets_are_redacted_before_anything_is_stored,
             redaction_comes_before_the_length_limit,
+            an_erased_finding_leaves_only_a_notice,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -275,6 +276,7 @@ macro_rules! conformance_tests {
             failed_indexing_loses_nothing_and_reconciles_exactly_once,
             an_index_write_reported_as_failed_is_not_duplicated,
             an_index_built_by_another_model_is_refused_until_reindexed,
+            an_erased_findings_vector_is_deleted,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; blobs;
             register_artifact_checks_prefix_and_links,
@@ -286,6 +288,7 @@ macro_rules! conformance_tests {
             registering_a_key_never_uploaded_is_not_found,
             registration_refuses_an_object_outside_the_limits,
             upload_requests_refuse_limits_and_path_like_names,
+            an_erased_artifact_loses_its_bytes,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; bounded_urls;
             upload_urls_accept_only_their_key_type_size_and_time,
@@ -424,6 +427,7 @@ mod tests {
             include_str!("cases/decisions.rs"),
             include_str!("cases/steering.rs"),
             include_str!("cases/redaction.rs"),
+            include_str!("cases/erasure.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

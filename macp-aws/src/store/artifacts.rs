@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use macp_core::model::{Artifact, Event};
+use macp_core::model::{Artifact, Erasure, Event};
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{ArtifactId, Error, Result, RoomId};
 
@@ -82,6 +82,43 @@ impl ArtifactStore for AwsBackend {
             }
         }
         Err(gave_up("register artifact"))
+    }
+
+    async fn erase_artifact(
+        &self,
+        room_id: RoomId,
+        artifact_id: ArtifactId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Artifact>> {
+        let key = key2("room_id", room_id.to_string(), "artifact_id", artifact_id.to_string());
+        for attempt in 0..ATTEMPTS {
+            let Some(item) = self
+                .get_item(&self.names.artifacts, key.clone(), "GetItem")
+                .await?
+                .filter(|i| i.contains_key("doc"))
+            else {
+                return Ok(None);
+            };
+            let mut a: Artifact = doc(&item)?;
+            if a.erased.is_some() {
+                return Ok(Some(a));
+            }
+            let (notice, id) = (erasure.notice(), artifact_id.to_string());
+            let (head, mut items) = tokio::try_join!(
+                self.event_head(room_id),
+                self.renotice_items(room_id, &id, move |e| e.artifact_id == Some(artifact_id), &notice),
+            )?;
+            a.description = Some(notice);
+            a.erased = Some(erasure.clone());
+            items.push(self.erased_item(&self.names.artifacts, key.clone(), &a, get_s(&item, "doc")?)?);
+            items.extend(self.event_items(room_id, &head, event)?);
+            match self.transact(items, "TransactWriteItems (erase artifact)").await? {
+                Tx::Done => return Ok(Some(a)),
+                Tx::Cancelled(_) => backoff(attempt).await,
+            }
+        }
+        Err(gave_up("erase artifact"))
     }
 
     async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

@@ -98,6 +98,92 @@ impl AwsBackend {
     }
 }
 
+impl AwsBackend {
+    /// Updates that give every event of the room for which `names` holds the erasure `notice`
+    /// as its summary. The events are found by the erased id in their stored text (erasure is
+    /// rare; a room's feed is read once for it).
+    pub(crate) async fn renotice_items(
+        &self,
+        room: RoomId,
+        id: &str,
+        names: impl Fn(&Event) -> bool + Send + 'static,
+        notice: &str,
+    ) -> Result<Vec<TransactWriteItem>> {
+        let items = self
+            .query_all(
+                &self.names.events,
+                None,
+                "room_id = :r AND seq > :z",
+                Some("contains(doc, :id)"),
+                HashMap::new(),
+                HashMap::from([
+                    (":r".to_owned(), s(room.to_string())),
+                    (":z".to_owned(), n(0)),
+                    (":id".to_owned(), s(id)),
+                ]),
+                true,
+                true,
+                move |i| event_of(i).is_ok_and(|e| names(&e)),
+                usize::MAX,
+            )
+            .await?;
+        items
+            .iter()
+            .map(|item| {
+                let mut e = event_of(item)?;
+                e.summary = Event::summary_of(notice);
+                let upd = Update::builder()
+                    .table_name(&self.names.events)
+                    .set_key(Some(HashMap::from([
+                        ("room_id".to_owned(), s(room.to_string())),
+                        ("seq".to_owned(), n(e.seq)),
+                    ])))
+                    .update_expression("SET doc = :d")
+                    .expression_attribute_values(":d", json(&e))
+                    .build()
+                    .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+                Ok(TransactWriteItem::builder().update(upd).build())
+            })
+            .collect()
+    }
+
+    /// The update that stores `erased` (a finding or an artifact) under `key` in `table`, on
+    /// condition that its stored document is still `old`.
+    pub(crate) fn erased_item<T: serde::Serialize>(
+        &self,
+        table: &str,
+        key: HashMap<String, AttributeValue>,
+        erased: &T,
+        old: &str,
+    ) -> Result<TransactWriteItem> {
+        let upd = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression("SET #d = :d")
+            .condition_expression("#d = :old")
+            .expression_attribute_names("#d", "doc")
+            .expression_attribute_values(":d", json(erased))
+            .expression_attribute_values(":old", s(old))
+            .build()
+            .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+        Ok(TransactWriteItem::builder().update(upd).build())
+    }
+
+    /// The update that counts an erasure in the room's item: every server's keyword index of
+    /// the room sees the count move and rebuilds without the erased finding.
+    pub(crate) fn count_erasure(&self, room: RoomId) -> Result<TransactWriteItem> {
+        let upd = Update::builder()
+            .table_name(&self.names.rooms)
+            .set_key(Some(HashMap::from([("room_id".to_owned(), s(room.to_string()))])))
+            .update_expression("SET erasures = if_not_exists(erasures, :z) + :one")
+            .expression_attribute_values(":z", n(0))
+            .expression_attribute_values(":one", n(1))
+            .build()
+            .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+        Ok(TransactWriteItem::builder().update(upd).build())
+    }
+}
+
 fn head_key(room: RoomId) -> HashMap<String, AttributeValue> {
     HashMap::from([("room_id".to_owned(), s(room.to_string())), ("seq".to_owned(), n(0))])
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use macp_core::model::{Event, Finding, IndexStatus};
+use macp_core::model::{Erasure, Event, Finding, IndexStatus};
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
 use macp_core::{Error, FindingId, Result, RoomId, Timestamp};
@@ -134,6 +134,47 @@ impl FindingStore for AwsBackend {
             }
         }
         Err(gave_up("append finding"))
+    }
+
+    async fn erase_finding(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Finding>> {
+        let key = key2("room_id", room_id.to_string(), "finding_id", finding_id.to_string());
+        for attempt in 0..ATTEMPTS {
+            let Some(item) = self
+                .get_item(&self.names.findings, key.clone(), "GetItem")
+                .await?
+                .filter(|i| i.contains_key("doc"))
+            else {
+                return Ok(None);
+            };
+            let mut f = finding_of(&item)?;
+            if f.erased.is_some() {
+                return Ok(Some(f));
+            }
+            let (notice, id) = (erasure.notice(), finding_id.to_string());
+            let (head, mut items) = tokio::try_join!(
+                self.event_head(room_id),
+                self.renotice_items(room_id, &id, move |e| e.finding_id == Some(finding_id), &notice),
+            )?;
+            f.content = notice;
+            f.evidence.clear();
+            f.erased = Some(erasure.clone());
+            // Rewritten only if nobody changed it meanwhile (a verdict lands in `standing`).
+            items.push(self.erased_item(&self.names.findings, key.clone(), &f, get_s(&item, "doc")?)?);
+            items.push(self.count_erasure(room_id)?);
+            items.extend(self.event_items(room_id, &head, event)?);
+            match self.transact(items, "TransactWriteItems (erase finding)").await? {
+                Tx::Done => return Ok(Some(f)),
+                // The head moved, the finding changed or the room's counter conflicted: again.
+                Tx::Cancelled(_) => backoff(attempt).await,
+            }
+        }
+        Err(gave_up("erase finding"))
     }
 
     async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>> {
@@ -282,22 +323,39 @@ impl FindingStore for AwsBackend {
         query: &str,
         limit: usize,
     ) -> Result<Option<KeywordSearch>> {
-        let (seen, mut index) = {
+        let room_key = HashMap::from([("room_id".to_owned(), s(room_id.to_string()))]);
+        let cached = {
             let cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
-            cache.get(&room_id).cloned().unwrap_or_else(|| (0, Arc::new(KeywordIndex::new())))
+            cache.get(&room_id).cloned()
         };
-        // Catch up with findings committed since this process last looked (any instance).
-        let fresh = self.list_findings(room_id, &FindingQuery::after(seen, usize::MAX)).await?;
+        let (seen, built_at, index) = cached.unwrap_or_else(|| (0, 0, Arc::new(KeywordIndex::new())));
+        // Catch up with findings committed since this process last looked (any instance), and
+        // see whether any was erased meanwhile (then the room's index is built again).
+        let after = FindingQuery::after(seen, usize::MAX);
+        let (room, fresh) = tokio::try_join!(
+            self.get_item(&self.names.rooms, room_key, "GetItem"),
+            self.list_findings(room_id, &after),
+        )?;
+        let erasures = room.as_ref().and_then(|r| opt_n(r, "erasures")).unwrap_or(0) as u64;
+        let (seen, mut index, fresh) = if erasures == built_at {
+            (seen, index, fresh)
+        } else {
+            let all = self.list_findings(room_id, &FindingQuery::after(0, usize::MAX)).await?;
+            (0, Arc::new(KeywordIndex::new()), all)
+        };
         let mut last = seen;
-        if !fresh.is_empty() {
+        if !fresh.is_empty() || erasures != built_at {
             let ix = Arc::make_mut(&mut index);
             for f in &fresh {
-                ix.add(f.finding_id, &f.content);
+                // An erased finding's notice is not searched.
+                if f.erased.is_none() {
+                    ix.add(f.finding_id, &f.content);
+                }
                 last = f.seq;
             }
             let mut cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.get(&room_id).is_none_or(|(s, _)| *s < last) {
-                cache.insert(room_id, (last, index.clone()));
+            if cache.get(&room_id).is_none_or(|(s, e, _)| *e < erasures || (*e == erasures && *s < last)) {
+                cache.insert(room_id, (last, erasures, index.clone()));
             }
         }
         let query = query.to_owned();

@@ -135,6 +135,28 @@ impl KeywordIndex {
         }
     }
 
+    /// Takes an erased finding out: its terms no longer match, and it counts as an empty
+    /// finding in the statistics (its number stays taken). Returns whether it was indexed.
+    pub fn remove(&mut self, id: FindingId) -> bool {
+        let in_open = self.open.ids.contains(&id);
+        let seg = if in_open {
+            Arc::make_mut(&mut self.open)
+        } else {
+            match self.sealed.iter_mut().find(|s| s.ids.contains(&id)) {
+                Some(s) => Arc::make_mut(s),
+                None => return false,
+            }
+        };
+        let Some(doc) = seg.ids.iter().position(|d| *d == id) else { return false };
+        let doc = doc as u32;
+        seg.postings.retain(|_, list| {
+            list.retain(|&(d, _)| d != doc);
+            !list.is_empty()
+        });
+        self.total_len -= u64::from(std::mem::take(&mut seg.lens[doc as usize]));
+        true
+    }
+
     /// Merges the last [`FAN_IN`] sealed segments while they are of one size (below the cap).
     fn merge(&mut self) {
         loop {

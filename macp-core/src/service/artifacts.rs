@@ -150,10 +150,12 @@ pub struct ListedArtifact {
     /// The metadata.
     #[serde(flatten)]
     pub artifact: Artifact,
-    /// GET this URL (no other credentials needed) to download the file.
-    pub download_url: String,
+    /// GET this URL (no other credentials needed) to download the file. Absent once erased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_url: Option<String>,
     /// When `download_url` stops working; list again for a fresh one.
-    pub download_expires_at: Timestamp,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download_expires_at: Option<Timestamp>,
 }
 
 /// A page of artifacts, oldest first.
@@ -353,7 +355,7 @@ impl Macp {
         &self.inner.artifacts
     }
 
-    fn blobs(&self) -> Result<&std::sync::Arc<dyn BlobStore>> {
+    pub(super) fn blobs(&self) -> Result<&std::sync::Arc<dyn BlobStore>> {
         self.inner.blobs.as_ref().ok_or_else(|| {
             Error::invalid(
                 "artifacts",
@@ -502,6 +504,7 @@ impl Macp {
             linked_finding_ids: finding_ids,
             linked_entity_ids: aliases.resolve_all(&req.linked_entity_ids)?,
             idempotency_key: key.clone(),
+            erased: None,
         };
         let keyed = idempotency_key(
             key.as_ref(),
@@ -574,12 +577,13 @@ impl Macp {
         let mut listed = Vec::with_capacity(artifacts.len());
         for mut a in artifacts {
             a.linked_entity_ids = aliases.resolve_all(&a.linked_entity_ids)?;
-            let url = blobs.presign_get(&a.key, expires_at).await?;
-            listed.push(ListedArtifact {
-                artifact: a,
-                download_url: url.url,
-                download_expires_at: expires_at,
-            });
+            // An erased artifact's bytes are gone: no URL to nothing.
+            let url = match a.erased {
+                None => Some(blobs.presign_get(&a.key, expires_at).await?.url),
+                Some(_) => None,
+            };
+            let download_expires_at = url.as_ref().map(|_| expires_at);
+            listed.push(ListedArtifact { artifact: a, download_url: url, download_expires_at });
         }
         Ok(ArtifactPage { artifacts: listed, next_cursor })
     }

@@ -355,6 +355,7 @@ impl Macp {
             index_status: IndexStatus::Pending,
             idempotency_key: key.clone(),
             created_at: now,
+            erased: None,
         };
         let keyed = idempotency_key(
             key.as_ref(),

@@ -25,6 +25,7 @@ mod context;
 mod decisions;
 mod digest;
 mod entities;
+mod erase;
 mod events;
 mod findings;
 mod rooms;
@@ -54,6 +55,7 @@ pub use entities::{
     AddEntity, AddRelationship, EntityGraph, EntityOutcome, GraphEntity, GraphQuery, MergeEntities,
     MergeOutcome, RelationshipOutcome,
 };
+pub use erase::{Erase, Erased};
 pub use events::{FeedPage, MAX_FEED_PAGE, RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
 pub use rooms::{

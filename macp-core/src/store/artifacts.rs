@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::error::Result;
 use crate::ids::{ArtifactId, EntityId, FindingId, RoomId};
-use crate::model::{Artifact, Event};
+use crate::model::{Artifact, Erasure, Event};
 
 /// Which artifacts to list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -34,6 +34,21 @@ pub trait ArtifactStore: Send + Sync {
         idempotency: Option<&IdempotencyKey>,
         event: &Event,
     ) -> Result<Write<Artifact>>;
+
+    /// Erases an artifact's record (the service deletes its bytes through the blob store).
+    ///
+    /// Contract: atomic. `Ok(None)` if the room has no such artifact (nothing written). One
+    /// already erased is returned as stored, and nothing is written. Otherwise its `description`
+    /// becomes [`Erasure::notice`] and `erased` is set; every event of the room naming the
+    /// artifact gets the notice as its summary; `event` is appended to the feed. As for
+    /// [`FindingStore::erase_finding`], the old description cannot be read back from storage.
+    async fn erase_artifact(
+        &self,
+        room_id: RoomId,
+        artifact_id: ArtifactId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Artifact>>;
 
     /// Fetches artifacts by id (any order; unknown ids omitted).
     async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>>;

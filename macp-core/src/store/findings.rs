@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::error::Result;
 use crate::ids::{AgentId, EntityId, FindingId, RoomId, Timestamp};
-use crate::model::{Event, Finding, IndexStatus};
+use crate::model::{Erasure, Event, Finding, IndexStatus};
 use crate::search::VectorRecord;
 
 /// Which findings to read. All filters combine with AND; `tags_any` matches a finding carrying
@@ -148,6 +148,26 @@ pub trait FindingStore: Send + Sync {
         let _ = (finding, idempotency, vector, event);
         Ok(None)
     }
+
+    /// Erases a finding (see [`Erasure`]).
+    ///
+    /// Contract: atomic. `Ok(None)` if the room has no such finding (nothing written). A finding
+    /// already erased is returned as stored, and nothing is written. Otherwise its `content`
+    /// becomes [`Erasure::notice`], its `evidence` is emptied, `erased` is set; every event of
+    /// the room naming the finding (`finding_id`) gets the notice as its summary; `event` is
+    /// appended to the feed; the finding leaves the store's keyword search. When the call returns,
+    /// the old content and evidence cannot be read back from the store's storage by any means
+    /// (not from its files, logs or caches; SQLite: deleted bytes are zeroed and the WAL is
+    /// emptied). The vector is the service's to delete, through [`VectorIndex::delete`].
+    ///
+    /// [`VectorIndex::delete`]: crate::search::VectorIndex::delete
+    async fn erase_finding(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Finding>>;
 
     /// Fetches findings by id (any order; unknown ids are omitted).
     async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>>;

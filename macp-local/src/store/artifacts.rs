@@ -1,17 +1,17 @@
 //! Artifact metadata.
 
 use async_trait::async_trait;
-use macp_core::model::{Artifact, Event};
+use macp_core::model::{Artifact, Erasure, Event};
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{AgentId, ArtifactId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, params};
+use rusqlite::{OptionalExtension, Row, params};
 
 use crate::db::*;
 use crate::store::append_event;
 use crate::writer::Sync;
 
-const ARTIFACT_COLS: &str = "room_id, artifact_id, key, content_type, size, uploaded_by, agent_id, uploaded_at, description, linked_finding_ids, linked_entity_ids, idempotency_key";
+const ARTIFACT_COLS: &str = "room_id, artifact_id, key, content_type, size, uploaded_by, agent_id, uploaded_at, description, linked_finding_ids, linked_entity_ids, idempotency_key, erased";
 
 fn artifact_from_row(r: &Row<'_>) -> Result<Artifact> {
     let g = |e: rusqlite::Error| sql_err(e);
@@ -28,6 +28,7 @@ fn artifact_from_row(r: &Row<'_>) -> Result<Artifact> {
         linked_finding_ids: from_json("linked_finding_ids", &r.get::<_, String>(9).map_err(g)?)?,
         linked_entity_ids: from_json("linked_entity_ids", &r.get::<_, String>(10).map_err(g)?)?,
         idempotency_key: r.get(11).map_err(g)?,
+        erased: r.get::<_, Option<String>>(12).map_err(g)?.map(|j| from_json("erased", &j)).transpose()?,
     })
 }
 
@@ -48,7 +49,7 @@ impl ArtifactStore for SqliteStore {
             exec(
                 tx,
                 &format!(
-                    "INSERT INTO artifacts ({ARTIFACT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    "INSERT INTO artifacts ({ARTIFACT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 ),
                 params![
                     room,
@@ -63,6 +64,7 @@ impl ArtifactStore for SqliteStore {
                     to_json(&a.linked_finding_ids),
                     to_json(&a.linked_entity_ids),
                     a.idempotency_key,
+                    a.erased.as_ref().map(to_json),
                 ],
             )
             .map_err(|e| {
@@ -77,6 +79,55 @@ impl ArtifactStore for SqliteStore {
             Ok(Write::Applied(a))
         })
         .await
+    }
+
+    async fn erase_artifact(
+        &self,
+        room_id: RoomId,
+        artifact_id: ArtifactId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Artifact>> {
+        let (erasure, event) = (erasure.clone(), event.clone());
+        let out = self
+            .write(Sync::Durable, move |tx, _| {
+                let (room, id) = (room_id.to_string(), artifact_id.to_string());
+                let found = tx
+                    .prepare_cached(&format!(
+                        "SELECT {ARTIFACT_COLS} FROM artifacts WHERE room_id = ? AND artifact_id = ?"
+                    ))
+                    .and_then(|mut st| {
+                        st.query_row(params![room, id], |r| Ok(artifact_from_row(r))).optional()
+                    })
+                    .map_err(sql_err)?
+                    .transpose()?;
+                let Some(mut a) = found else { return Ok(None) };
+                if a.erased.is_some() {
+                    return Ok(Some(a));
+                }
+                let notice = erasure.notice();
+                exec(
+                    tx,
+                    "UPDATE artifacts SET description = ?, erased = ? WHERE room_id = ? AND artifact_id = ?",
+                    params![notice, to_json(&erasure), room, id],
+                )
+                .map_err(sql_err)?;
+                exec(
+                    tx,
+                    "UPDATE events SET summary = ? WHERE room_id = ? AND artifact_id = ?",
+                    params![Event::summary_of(&notice), room, id],
+                )
+                .map_err(sql_err)?;
+                append_event(tx, room_id, &event)?;
+                a.description = Some(notice);
+                a.erased = Some(erasure);
+                Ok(Some(a))
+            })
+            .await?;
+        if out.is_some() {
+            self.scrub().await?;
+        }
+        Ok(out)
     }
 
     async fn get_artifacts(&self, room_id: RoomId, ids: &[ArtifactId]) -> Result<Vec<Artifact>> {

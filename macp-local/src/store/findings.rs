@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use macp_core::model::{Event, Finding, IndexStatus, VerdictKind};
+use macp_core::model::{Erasure, Event, Finding, IndexStatus, VerdictKind};
 use macp_core::search::VectorRecord;
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
@@ -19,7 +19,7 @@ use crate::store::search::put_vectors;
 use crate::writer::{Effects, Sync};
 
 const FINDING_COLS: &str = "room_id, finding_id, seq, content, agent_id, user_id, tags, entity_refs, evidence, \
-     index_status, idempotency_key, created_at, reply_to, mentions, hypothesis, verdict, standing";
+     index_status, idempotency_key, created_at, reply_to, mentions, hypothesis, verdict, standing, erased";
 
 fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
     let g = |e: rusqlite::Error| sql_err(e);
@@ -45,6 +45,7 @@ fn finding_from_row(r: &Row<'_>) -> Result<Finding> {
             .map_err(g)?
             .map(|j| from_json("standing", &j))
             .transpose()?,
+        erased: r.get::<_, Option<String>>(17).map_err(g)?.map(|j| from_json("erased", &j)).transpose()?,
     })
 }
 
@@ -77,6 +78,53 @@ impl FindingStore for SqliteStore {
             Ok(Some(out))
         })
         .await
+    }
+
+    async fn erase_finding(
+        &self,
+        room_id: RoomId,
+        finding_id: FindingId,
+        erasure: &Erasure,
+        event: &Event,
+    ) -> Result<Option<Finding>> {
+        let (erasure, event) = (erasure.clone(), event.clone());
+        let out = self
+            .write(Sync::Durable, move |tx, fx| {
+                let (room, id) = (room_id.to_string(), finding_id.to_string());
+                let found = tx
+                    .prepare_cached(&format!("SELECT {FINDING_COLS} FROM findings WHERE room_id = ? AND finding_id = ?"))
+                    .and_then(|mut st| st.query_row(params![room, id], |r| Ok(finding_from_row(r))).optional())
+                    .map_err(sql_err)?
+                    .transpose()?;
+                let Some(mut f) = found else { return Ok(None) };
+                if f.erased.is_some() {
+                    return Ok(Some((f, false)));
+                }
+                let notice = erasure.notice();
+                exec(
+                    tx,
+                    "UPDATE findings SET content = ?, evidence = '[]', erased = ? WHERE room_id = ? AND finding_id = ?",
+                    params![notice, to_json(&erasure), room, id],
+                )
+                .map_err(sql_err)?;
+                exec(
+                    tx,
+                    "UPDATE events SET summary = ? WHERE room_id = ? AND finding_id = ?",
+                    params![Event::summary_of(&notice), room, id],
+                )
+                .map_err(sql_err)?;
+                append_event(tx, room_id, &event)?;
+                fx.then(move |caches| caches.keywords.apply(room_id, KeywordOp::Remove(finding_id)));
+                f.content = notice;
+                f.evidence.clear();
+                f.erased = Some(erasure);
+                Ok(Some((f, true)))
+            })
+            .await?;
+        let Some((f, _)) = out else { return Ok(None) };
+        // Again for one erased before: finishes an erasure whose scrub was cut short.
+        self.scrub().await?;
+        Ok(Some(f))
     }
 
     async fn get_findings(&self, room_id: RoomId, ids: &[FindingId]) -> Result<Vec<Finding>> {
@@ -276,7 +324,7 @@ fn append(
         .map_err(sql_err)?
         .ok_or_else(|| Error::not_found("room", &room))?;
     tx.prepare_cached(&format!(
-        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
     .and_then(|mut st| {
         st.execute(params![
@@ -297,6 +345,7 @@ fn append(
             f.hypothesis as i64,
             f.verdict.map(|v| v.as_str()),
             f.standing.as_ref().map(to_json),
+            f.erased.as_ref().map(to_json),
         ])
     })
     .map_err(sql_err)?;
@@ -327,7 +376,7 @@ fn append(
     record_key(tx, &room, idempotency)?;
     let mut stored = f;
     stored.seq = seq as u64;
-    let added = (stored.seq, stored.finding_id, stored.content.clone());
+    let added = KeywordOp::Add(stored.seq, stored.finding_id, stored.content.clone());
     let room_id = stored.room_id;
     fx.then(move |caches| caches.keywords.apply(room_id, added));
     Ok(Write::Applied(stored))
@@ -340,15 +389,28 @@ pub(crate) struct RoomKeywords {
     last_seq: u64,
 }
 
-impl RoomIndex for RoomKeywords {
-    /// A committed finding: `(seq, id, content)`.
-    type Op = (u64, FindingId, String);
+/// A committed change to a room's findings, as the keyword index sees it.
+pub(crate) enum KeywordOp {
+    /// A finding: `(seq, id, content)`.
+    Add(u64, FindingId, String),
+    /// An erased finding.
+    Remove(FindingId),
+}
 
-    fn apply(&mut self, (seq, id, content): Self::Op) {
-        // Findings arrive in commit order; one the load already read is skipped.
-        if seq > self.last_seq {
-            self.index.add(id, &content);
-            self.last_seq = seq;
+impl RoomIndex for RoomKeywords {
+    type Op = KeywordOp;
+
+    fn apply(&mut self, op: KeywordOp) {
+        match op {
+            // Findings arrive in commit order; one the load already read is skipped.
+            KeywordOp::Add(seq, id, content) if seq > self.last_seq => {
+                self.index.add(id, &content);
+                self.last_seq = seq;
+            }
+            KeywordOp::Add(..) => {}
+            KeywordOp::Remove(id) => {
+                self.index.remove(id);
+            }
         }
     }
 }
@@ -369,7 +431,7 @@ impl SqliteStore {
             let mut ix = RoomKeywords::default();
             let mut stmt = c
                 .prepare_cached(
-                    "SELECT seq, finding_id, content FROM findings WHERE room_id = ? ORDER BY seq",
+                    "SELECT seq, finding_id, content, erased IS NOT NULL FROM findings WHERE room_id = ? ORDER BY seq",
                 )
                 .map_err(sql_err)?;
             let mut rows = stmt.query(params![room_id.to_string()]).map_err(sql_err)?;
@@ -378,7 +440,10 @@ impl SqliteStore {
                 let id: FindingId =
                     parse(r.get_ref(1).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?)?;
                 let content = r.get_ref(2).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?;
-                ix.index.add(id, content);
+                // An erased finding's notice is not searched.
+                if !r.get::<_, bool>(3).map_err(sql_err)? {
+                    ix.index.add(id, content);
+                }
                 ix.last_seq = seq;
             }
             Ok(ix)
