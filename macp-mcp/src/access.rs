@@ -32,6 +32,8 @@ pub const TOOLS: &[(&str, Access)] = &[
     ("close_room", CHANGE),
     ("create_room", ADD),
     ("declare_status", Access { writes: true, destructive: false, idempotent: true }),
+    // Erasing again changes nothing (the first reason stands).
+    ("erase", CHANGE),
     ("get_entity_graph", READ),
     ("get_room_context", READ),
     ("get_room_summary", READ),

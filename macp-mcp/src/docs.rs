@@ -147,6 +147,11 @@ pub const REGISTER_ARTIFACT: &str = "Record a file you uploaded with request_art
 pass its key, a description of what it shows, and the findings and entities it supports. Fails with not_found if the \
 upload did not complete. Cite it in findings as evidence {kind: artifact, ref: <key>}.";
 
+/// `erase`.
+pub const ERASE: &str = "Erase a finding or artifact your agent wrote that must not stay (a secret, customer data): \
+its text, evidence, vector and bytes are deleted for good and a notice says who, when and why. Give a reason without \
+the secret. Anyone else's: ask a person (web view).";
+
 /// `list_artifacts`.
 pub const LIST_ARTIFACTS: &str = "List the files attached to a room (optionally those linked to one finding or entity), \
 each with its metadata and a short-lived download_url: fetch it with a plain HTTP GET.";

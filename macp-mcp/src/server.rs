@@ -15,10 +15,11 @@ use macp_core::model::{AgentSession, Channel, Decision, Room};
 use macp_core::redact::Written;
 use macp_core::service::{
     AddEntity, AddRelationship, AnswerDecision, ArtifactOutcome, ArtifactPage, AskDecision, ClaimResult,
-    ClaimWork, CloseRoom, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, FindingPage,
-    GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding, PostedFinding,
-    RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomSummary, SearchFindings,
-    SearchResults, SteerRoom, SummaryQuery, TimelineQuery, Updates, UpdatesQuery, UploadTicket,
+    ClaimWork, CloseRoom, ContextQuery, CreateRoom, DeclareStatus, EntityGraph, EntityOutcome, Erase, Erased,
+    FindingPage, GraphQuery, JoinRoom, ListArtifacts, ListRooms, MergeEntities, MergeOutcome, PostFinding,
+    PostedFinding, RegisterArtifact, RelationshipOutcome, RequestUpload, RoomContext, RoomPage, RoomSummary,
+    SearchFindings, SearchResults, SteerRoom, SummaryQuery, TimelineQuery, Updates, UpdatesQuery,
+    UploadTicket,
 };
 use macp_core::{AgentId, Error, Macp, Principal, RoomId};
 use rmcp::handler::server::router::prompt::PromptRouter;
@@ -119,13 +120,13 @@ fn output<T: JsonSchema + 'static>() -> Arc<JsonObject> {
             "error".into(),
             serde_json::json!({
                 "type": "object",
-                "description": "Present instead of the result when the call failed (isError: true).",
+                "description": "Instead of the result, on failure (isError).",
                 "properties": {
-                    "code": {"type": "string", "description": "Stable error code, e.g. not_found, invalid_input, room_closed."},
-                    "message": {"type": "string", "description": "What went wrong and what to do."},
+                    "code": {"type": "string", "description": "Stable: not_found, invalid_input, room_closed…"},
+                    "message": {"type": "string", "description": "What went wrong, what to do."},
                     "retryable": {"type": "boolean"},
-                    "limit": {"type": "integer", "description": "The limit that was exceeded, if any."},
-                    "field": {"type": "string", "description": "The offending argument, for invalid_input."}
+                    "limit": {"type": "integer"},
+                    "field": {"type": "string"}
                 },
                 "required": ["code", "message", "retryable"]
             }),
@@ -448,6 +449,14 @@ impl MacpMcp {
         let mut req: DeclareStatus = parse(args)?;
         req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
         done(self.macp.declare_status(&who, req).await)
+    }
+
+    #[tool(description = docs::ERASE, output_schema = output::<Erased>(), input_schema = input::<Erase>())]
+    async fn erase(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Erased> {
+        let who = self.who(&ctx)?;
+        let mut req: Erase = parse(args)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        done(self.macp.erase(&who, req).await)
     }
 
     #[tool(description = docs::POST_FINDING, output_schema = output::<PostedFinding>(), input_schema = input::<PostFinding>())]

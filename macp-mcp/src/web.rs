@@ -30,10 +30,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use macp_core::model::Channel;
 use macp_core::service::{
-    AnswerDecision, CloseRoom, GraphQuery, ListArtifacts, ListRooms, RoomFilter, SearchFindings, SteerRoom,
-    SummaryQuery, TimelineQuery, UpdatesQuery,
+    AnswerDecision, CloseRoom, Erase, GraphQuery, ListArtifacts, ListRooms, RoomFilter, SearchFindings,
+    SteerRoom, SummaryQuery, TimelineQuery, UpdatesQuery,
 };
-use macp_core::{DecisionId, EntityId, Error, FindingId, Macp, Principal, RoomId, Timestamp};
+use macp_core::{ArtifactId, DecisionId, EntityId, Error, FindingId, Macp, Principal, RoomId, Timestamp};
 use serde::Deserialize;
 
 use crate::server::Authenticated;
@@ -96,6 +96,7 @@ pub fn routes(
         .route("/api/rooms/{room}/steer", post(steer))
         .route("/api/rooms/{room}/close", post(close))
         .route("/api/rooms/{room}/release", post(release))
+        .route("/api/rooms/{room}/erase", post(erase))
         .with_state(state.clone());
     let api = auth(api).layer(axum::middleware::from_fn_with_state(state, guard));
     (page, api)
@@ -533,4 +534,26 @@ async fn release(State(w): State<Web>, Path(room): Path<String>, req: Request) -
     let room_id = room!(room);
     let (who, b) = acting!(w, req, ReleaseB);
     reply(w.macp.release_claim_as_person(&who, room_id, &b.subject).await)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EraseB {
+    finding_id: Option<FindingId>,
+    artifact_id: Option<ArtifactId>,
+    reason: String,
+}
+
+/// A person erases a finding or an artifact (anyone's: see `Macp::erase_as_person`).
+async fn erase(State(w): State<Web>, Path(room): Path<String>, req: Request) -> Response {
+    let room_id = room!(room);
+    let (who, b) = acting!(w, req, EraseB);
+    let req = Erase {
+        room_id,
+        finding_id: b.finding_id,
+        artifact_id: b.artifact_id,
+        reason: b.reason,
+        agent_id: None,
+    };
+    reply(w.macp.erase_as_person(&who, req).await)
 }

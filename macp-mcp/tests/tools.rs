@@ -66,7 +66,7 @@ async fn err(c: &Client, tool: &str, args: Value, code: &str) -> Value {
     body
 }
 
-const TOOLS: [&str; 19] = [
+const TOOLS: [&str; 20] = [
     "create_room",
     "join_room",
     "close_room",
@@ -86,6 +86,7 @@ const TOOLS: [&str; 19] = [
     "ask_decision",
     "answer_decision",
     "steer_room",
+    "erase",
 ];
 
 #[tokio::test]
@@ -119,7 +120,11 @@ async fn artifact_tools_exist_only_with_an_artifact_store() {
         .unwrap();
     let c = connect(&with, "alice").await;
     let tools = c.list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 22, "all of the design's tools, claim_work, the decision queue and steer_room");
+    assert_eq!(
+        tools.len(),
+        23,
+        "all of the design's tools, claim_work, the decision queue, steer_room and erase"
+    );
     for name in ["request_artifact_upload", "register_artifact", "list_artifacts"] {
         let t = tools.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name} listed"));
         assert!(t.output_schema.is_some());
@@ -427,7 +432,7 @@ async fn skill_md_and_the_server_name_exactly_the_same_tools() {
     let c = connect(&macp, "alice").await;
     let tools: std::collections::BTreeSet<String> =
         c.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(tools.len(), 22);
+    assert_eq!(tools.len(), 23);
     let skill = macp_mcp::docs::SKILL_FILE;
 
     // Every tool has a worked example: a line that starts with the tool's name in backticks.

@@ -272,10 +272,30 @@ function findingRow(state, f, fresh) {
     el("div", { class: "meta" }, `#${f.seq} · ${f.agent_id} (${f.user_id}) · ${when(f.created_at)} `, badges,
       f.mentions && f.mentions.length ? " → " + f.mentions.join(", ") : ""),
     el("div", { class: "content" }, f.content),
-    f.evidence.length ? el("div", { class: "meta" }, "evidence: " + f.evidence.map((e) => e.kind + " " + e.ref).join(" · ")) : null,
+    f.evidence.length ? el("div", { class: "meta evidence" }, "evidence: " + f.evidence.map((e) => e.kind + " " + e.ref).join(" · ")) : null,
     el("button", { type: "button", class: "linkish", on: { click: () => toggleThread(state, f, thread) } }, f.reply_to ? "thread (answers " + f.reply_to.slice(-6) + ")" : "thread"),
+    f.erased ? null : el("button", { type: "button", class: "linkish erase", on: { click: () => eraseItem(state, { finding_id: f.finding_id }) } }, "erase"),
     thread);
+  if (f.erased) row.classList.add("erased");
   return row;
+}
+
+// A person erases a finding or an artifact (anyone's): the reason is asked first, and the
+// rows showing it are replaced by the notice the server answers.
+function eraseItem(state, what) {
+  const reason = window.prompt("Why erase this? Its text, evidence and files are deleted for good; the reason stays on the record (never repeat the secret in it).");
+  if (!reason || !reason.trim()) return;
+  act(api(`/api/rooms/${state.roomId}/erase`, { body: Object.assign({ reason }, what) }), (out) => showErased(what.finding_id || what.artifact_id, out.notice));
+}
+
+function showErased(id, notice) {
+  for (const row of document.querySelectorAll(`[data-finding="${id}"], [data-artifact="${id}"]`)) {
+    if (row.classList.contains("erased")) continue;
+    row.classList.add("erased");
+    for (const n of row.querySelectorAll(".evidence, .erase, img")) n.remove();
+    const content = row.querySelector(".content");
+    if (content) content.textContent = notice;
+  }
 }
 
 async function toggleThread(state, f, box) {
@@ -365,6 +385,8 @@ function startLive(state, cursor, list, byId) {
       const rows = [];
       for (const f of u.findings) { byId.set(f.finding_id, f); const r = findingRow(state, f, true); r.dataset.kind = "finding_posted"; r.dataset.agent = f.agent_id; rows.push([f.created_at, r]); }
       for (const e of u.events) rows.push([e.at, eventRow(e, true)]);
+      // Erased elsewhere (an agent, another person): the rows already shown lose the text too.
+      for (const e of u.events) if (e.kind === "erased") showErased(e.finding_id || e.artifact_id, "[erased] " + e.summary);
       rows.sort((a, b) => (a[0] < b[0] ? -1 : 1));
       for (const [, r] of rows) { list.prepend(r); r.hidden = !passes(state, r.dataset.kind, r.dataset.agent); }
       if (u.events.some((e) => ["decision_asked", "decision_answered", "work_claimed", "claim_released", "status_declared", "phase_marked", "objective_changed", "room_closed", "room_reopened"].includes(e.kind))) {
@@ -479,10 +501,11 @@ async function renderArtifacts(view, state) {
   for (const a of p.artifacts) {
     const x = a.artifact;
     const name = x.key.split("/").pop();
-    view.append(el("div", { class: "row artifact" },
-      el("div", {}, el("a", { href: a.download_url, download: name }, name), ` · ${x.content_type} · ${x.size} bytes · ${x.agent_id}`),
-      x.description ? el("div", { class: "content" }, x.description) : null,
-      x.content_type.startsWith("image/") ? el("img", { src: a.download_url, alt: x.description || name }) : null));
+    view.append(el("div", { class: "row artifact" + (x.erased ? " erased" : ""), "data-artifact": x.artifact_id },
+      el("div", {}, a.download_url ? el("a", { href: a.download_url, download: name }, name) : el("s", {}, name), ` · ${x.content_type} · ${x.size} bytes · ${x.agent_id}`),
+      el("div", { class: "content" }, x.description || ""),
+      x.content_type.startsWith("image/") && a.download_url ? el("img", { src: a.download_url, alt: x.description || name }) : null,
+      x.erased ? null : el("button", { type: "button", class: "linkish erase", on: { click: () => eraseItem(state, { artifact_id: x.artifact_id }) } }, "erase")));
   }
   if (!p.artifacts.length) view.append(el("p", { class: "muted" }, "No files yet."));
 }

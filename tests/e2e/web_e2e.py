@@ -117,6 +117,19 @@ async def agent_feed(url: str, room: str, cursor: str) -> list[dict]:
         return [u["events"], d]
 
 
+async def agent_erase(url: str, room: str, finding: str | None, cursor: str) -> list:
+    """Ana's agent erases its finding (when given one); returns the erasure events it then sees."""
+    http, c = await session(url, None)
+    async with http, c:
+        await call(c, "join_room", {"room_id": room, "agent_id": "ana-claude"})
+        if finding:
+            out = await call(c, "erase", {"room_id": room, "finding_id": finding, "reason": "customer number"})
+            expect(out["notice"].startswith("[erased by ") and out["erasure"]["agent_id"] == "ana-claude",
+                   f"the erase answer: {out}")
+        u = await call(c, "get_updates", {"room_id": room, "cursor": cursor, "kinds": ["erased"]})
+        return [u["events"], None]
+
+
 def check_http(base: str) -> None:
     """The API's guards, with a plain HTTP client."""
     r = httpx2.get(base + "/")
@@ -192,6 +205,29 @@ def run_auth_off(macp: str, shots: str | None, bench: int) -> dict:
             expect(phase["by"]["channel"] == "web" and "agent_id" not in phase["by"], f"the marker is the person's: {phase}")
             decisions = httpx2.get(f"{base}/api/rooms/{room}/decisions").json()
             expect(decisions[0]["answer"]["channel"] == "web", f"answered through the web channel: {decisions[0]['answer']}")
+            no_alert(d)
+
+            # A person erases an agent's finding in the page: asked why, the row shows the notice,
+            # the record keeps who and why, and the agents' feed says so.
+            row = d.find_element(By.CSS_SELECTOR, f'#feed [data-finding="{s["first"]}"]')
+            row.find_element(By.CSS_SELECTOR, ".erase").click()
+            prompt = wait_for("the reason prompt", lambda: d.switch_to.alert)
+            prompt.send_keys("pasted a customer's address")
+            prompt.accept()
+            wait_for("the notice in place of the text", lambda: d.find_element(
+                By.CSS_SELECTOR, f'#feed [data-finding="{s["first"]}"] .content').text.startswith("[erased by "))
+            page = httpx2.get(f"{base}/api/rooms/{room}/timeline?thread={s['first']}").json()["findings"][0]
+            expect(page["erased"]["reason"] == "pasted a customer's address" and "agent_id" not in page["erased"]
+                   and "14:02" not in page["content"], f"the record keeps who and why, not the text: {page}")
+            events, _ = asyncio.run(agent_erase(url, room, None, s["cursor"]))
+            expect(any(e["kind"] == "erased" and e.get("finding_id") == s["first"] for e in events),
+                   f"the agents' feed carries the erasure: {events}")
+            # An agent erases its own finding through MCP: the open page drops the text live.
+            own = asyncio.run(agent_post(url, room, "pasted by mistake: customer 4411"))
+            wait_for("the agent's finding", lambda: d.find_elements(By.CSS_SELECTOR, f'#feed [data-finding="{own}"]'))
+            asyncio.run(agent_erase(url, room, own, s["cursor"]))
+            wait_for("the live erasure", lambda: "4411" not in d.find_element(
+                By.CSS_SELECTOR, f'#feed [data-finding="{own}"] .content').text, timeout=5)
             no_alert(d)
             if shots:
                 d.execute_script("window.scrollTo(0, 0)")
