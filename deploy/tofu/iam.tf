@@ -68,14 +68,15 @@ data "aws_iam_policy_document" "server" {
   }
 
   statement {
-    sid       = "ArtifactObjects"
-    actions   = ["s3:GetObject", "s3:PutObject"]
+    sid = "ArtifactObjects"
+    # Delete and DeleteObjectVersion: erasing an artifact removes every version of its object.
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"]
     resources = ["${aws_s3_bucket.artifacts.arn}/${local.artifact_key_prefix}*"]
   }
 
   statement {
     sid       = "ArtifactBucket"
-    actions   = ["s3:ListBucket"]
+    actions   = ["s3:ListBucket", "s3:ListBucketVersions"]
     resources = [aws_s3_bucket.artifacts.arn]
   }
 

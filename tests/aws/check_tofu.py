@@ -47,8 +47,9 @@ DEFAULT_DIMENSION = 256
 
 TABLE_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}
 INDEX_ACTIONS = {"dynamodb:Query"}
-OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject"}
-VECTOR_ACTIONS = {"s3vectors:PutVectors", "s3vectors:GetVectors", "s3vectors:QueryVectors"}
+# Erasure deletes every version of an artifact's object (macp-aws/src/blobs.rs) and its vector.
+OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"}
+VECTOR_ACTIONS = {"s3vectors:PutVectors", "s3vectors:GetVectors", "s3vectors:QueryVectors", "s3vectors:DeleteVectors"}
 
 try:
     import hcl2
