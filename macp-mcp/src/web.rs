@@ -544,9 +544,19 @@ struct EraseB {
     reason: String,
 }
 
-/// A person erases a finding or an artifact (anyone's: see `Macp::erase_as_person`).
+/// A person erases a finding or an artifact (anyone's: see `Macp::erase_as_person`). With auth
+/// on, only from a signed-in browser: a bearer token is also what agents hold, and an agent
+/// erases only its own, through the `erase` tool.
 async fn erase(State(w): State<Web>, Path(room): Path<String>, req: Request) -> Response {
     let room_id = room!(room);
+    if w.local.is_none() && req.extensions().get::<crate::signin::WebSession>().is_none() {
+        return failed(&Error::PermissionDenied {
+            message:
+                "a person erases from the web view, signed in; an agent erases only what it wrote, with the \
+                      erase tool"
+                    .into(),
+        });
+    }
     let (who, b) = acting!(w, req, EraseB);
     let req = Erase {
         room_id,

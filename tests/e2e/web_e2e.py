@@ -330,6 +330,11 @@ def run_auth_on(macp: str) -> dict:
             expect(r.status_code == 401, f"the API without a token: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Authorization": f"Bearer {token}"})
             expect(r.status_code == 200 and r.json()[0]["room"]["room_id"] == room, "the API with the user's token")
+            # A bearer token is what agents hold: erasing anyone's finding needs a signed-in browser.
+            any_finding = httpx2.get(f"{base}/api/rooms/{room}/timeline", headers={"Authorization": f"Bearer {token}"}).json()["findings"][0]
+            r = httpx2.post(f"{base}/api/rooms/{room}/erase", json={"finding_id": any_finding["finding_id"], "reason": "x"},
+                            headers={"Authorization": f"Bearer {token}", "X-MACP-Web": "1"})
+            expect(r.status_code == 403 and r.json()["error"]["code"] == "permission_denied", f"erase with a token: {r.status_code} {r.text}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Cookie": "macp_session=made-up"})
             expect(r.status_code == 401, f"a made-up session: {r.status_code}")
 

@@ -92,6 +92,12 @@ impl ArtifactStore for AwsBackend {
         event: &Event,
     ) -> Result<Option<Artifact>> {
         let key = key2("room_id", room_id.to_string(), "artifact_id", artifact_id.to_string());
+        // The events naming it, read once: events about an item are all written after it,
+        // and each attempt below only needs the feed head again.
+        let notice = erasure.notice();
+        let id = artifact_id.to_string();
+        let renotice =
+            self.renotice_items(room_id, &id, move |e| e.artifact_id == Some(artifact_id), &notice).await?;
         for attempt in 0..ATTEMPTS {
             let Some(item) = self
                 .get_item(&self.names.artifacts, key.clone(), "GetItem")
@@ -104,14 +110,17 @@ impl ArtifactStore for AwsBackend {
             if a.erased.is_some() {
                 return Ok(Some(a));
             }
-            let (notice, id) = (erasure.notice(), artifact_id.to_string());
-            let (head, mut items) = tokio::try_join!(
-                self.event_head(room_id),
-                self.renotice_items(room_id, &id, move |e| e.artifact_id == Some(artifact_id), &notice),
-            )?;
-            a.description = Some(notice);
+            let head = self.event_head(room_id).await?;
+            let mut items = renotice.clone();
+            a.description = Some(notice.clone());
             a.erased = Some(erasure.clone());
-            items.push(self.erased_item(&self.names.artifacts, key.clone(), &a, get_s(&item, "doc")?)?);
+            items.push(self.erased_item(
+                &self.names.artifacts,
+                key.clone(),
+                &a,
+                get_s(&item, "doc")?,
+                "SET #d = :d",
+            )?);
             items.extend(self.event_items(room_id, &head, event)?);
             match self.transact(items, "TransactWriteItems (erase artifact)").await? {
                 Tx::Done => return Ok(Some(a)),

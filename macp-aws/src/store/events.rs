@@ -148,24 +148,28 @@ impl AwsBackend {
     }
 
     /// The update that stores `erased` (a finding or an artifact) under `key` in `table`, on
-    /// condition that its stored document is still `old`.
+    /// condition that its stored document is still `old`; `expression` is what it sets
+    /// (`SET #d = :d` and more).
     pub(crate) fn erased_item<T: serde::Serialize>(
         &self,
         table: &str,
         key: HashMap<String, AttributeValue>,
         erased: &T,
         old: &str,
+        expression: &str,
     ) -> Result<TransactWriteItem> {
-        let upd = Update::builder()
+        let mut upd = Update::builder()
             .table_name(table)
             .set_key(Some(key))
-            .update_expression("SET #d = :d")
+            .update_expression(expression)
             .condition_expression("#d = :old")
             .expression_attribute_names("#d", "doc")
             .expression_attribute_values(":d", json(erased))
-            .expression_attribute_values(":old", s(old))
-            .build()
-            .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
+            .expression_attribute_values(":old", s(old));
+        if expression.contains(":ix") {
+            upd = upd.expression_attribute_values(":ix", s("indexed"));
+        }
+        let upd = upd.build().map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
         Ok(TransactWriteItem::builder().update(upd).build())
     }
 

@@ -144,6 +144,12 @@ impl FindingStore for AwsBackend {
         event: &Event,
     ) -> Result<Option<Finding>> {
         let key = key2("room_id", room_id.to_string(), "finding_id", finding_id.to_string());
+        // The events naming it, read once: events about an item are all written after it,
+        // and each attempt below only needs the feed head again.
+        let notice = erasure.notice();
+        let id = finding_id.to_string();
+        let renotice =
+            self.renotice_items(room_id, &id, move |e| e.finding_id == Some(finding_id), &notice).await?;
         for attempt in 0..ATTEMPTS {
             let Some(item) = self
                 .get_item(&self.names.findings, key.clone(), "GetItem")
@@ -156,16 +162,16 @@ impl FindingStore for AwsBackend {
             if f.erased.is_some() {
                 return Ok(Some(f));
             }
-            let (notice, id) = (erasure.notice(), finding_id.to_string());
-            let (head, mut items) = tokio::try_join!(
-                self.event_head(room_id),
-                self.renotice_items(room_id, &id, move |e| e.finding_id == Some(finding_id), &notice),
-            )?;
-            f.content = notice;
+            let head = self.event_head(room_id).await?;
+            let mut items = renotice.clone();
+            f.content = notice.clone();
             f.evidence.clear();
             f.erased = Some(erasure.clone());
-            // Rewritten only if nobody changed it meanwhile (a verdict lands in `standing`).
-            items.push(self.erased_item(&self.names.findings, key.clone(), &f, get_s(&item, "doc")?)?);
+            // Rewritten only if its document is unchanged meanwhile; never embedded again: out
+            // of the pending index.
+            f.index_status = IndexStatus::Indexed;
+            let set = "SET #d = :d, index_status = :ix REMOVE pending";
+            items.push(self.erased_item(&self.names.findings, key.clone(), &f, get_s(&item, "doc")?, set)?);
             items.push(self.count_erasure(room_id)?);
             items.extend(self.event_items(room_id, &head, event)?);
             match self.transact(items, "TransactWriteItems (erase finding)").await? {
@@ -283,6 +289,9 @@ impl FindingStore for AwsBackend {
                 .map_err(|e| aws_err("dynamodb", "Scan", e))?;
             for item in resp.items.unwrap_or_default() {
                 let f = finding_of(&item)?;
+                if f.erased.is_some() {
+                    continue;
+                }
                 self.set_index_status(f.room_id, f.finding_id, IndexStatus::Pending).await?;
                 count += 1;
             }

@@ -3,7 +3,7 @@
 //! and its original text, vector and bytes leave every store.
 //!
 //! Who may erase: the agent that wrote it (through [`Macp::erase`], the MCP tool), or any person
-//! of the organisation (through [`Macp::erase_as_person`], the web view and `macp erase`): every
+//! of the organisation (through [`Macp::erase_as_person`], the web view): every
 //! person can read every room, so every person can take out what must not be read. The erasure
 //! is on the record, with their name.
 
@@ -105,7 +105,7 @@ impl Macp {
     }
 
     /// A person erases any finding or artifact of a room. Only for adapters that face a person
-    /// (the web view, `macp erase`); the MCP server never calls it.
+    /// (the web view); the MCP server never calls it.
     pub async fn erase_as_person(&self, who: &Principal, mut req: Erase) -> Result<Erased> {
         req.agent_id = None;
         let redacted = self.redact(&mut req)?;
@@ -166,6 +166,9 @@ impl Macp {
                     .erase_artifact(room_id, id, &erasure, &event)
                     .await?
                     .ok_or_else(|| Error::not_found("artifact", id))?;
+                // Again: an upload URL still valid when the erasure began could have put bytes
+                // back under the key meanwhile.
+                self.blobs()?.delete(&found.key).await?;
                 Erased::of(&erasure, erased.erased, erased.description.unwrap_or_default(), None, Some(id))?
             }
             _ => {
@@ -175,9 +178,8 @@ impl Macp {
                 ));
             }
         };
-        if !out.already {
-            self.changed(room_id);
-        }
+        // Also when erased before: a retry after a failed scrub must still wake readers.
+        self.changed(room_id);
         Ok(out)
     }
 }
@@ -212,8 +214,8 @@ fn check_author(
         Some(a) if a != author || *author_user != who.user_id => Err(Error::PermissionDenied {
             message: format!(
                 "{what} {id} was written by agent `{author}` ({author_user}); an agent erases only its own. \
-                 Ask a person of the room to erase it (web view or `macp erase`), or ask its author with a finding \
-                 that mentions them"
+                 Ask a person of the room to erase it (web view), or ask its author with a finding that \
+                 mentions them"
             ),
         }),
         _ => Ok(()),

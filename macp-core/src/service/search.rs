@@ -288,8 +288,15 @@ impl Macp {
                 })
                 .collect();
             s.index.upsert(&records).await?;
+            // A finding erased while its text was being embedded (its vector was deleted
+            // before this one was written): the vector goes again, and it stays as erased.
             let mut done = Vec::with_capacity(batch.len());
             for f in &batch {
+                let now = self.inner.store.get_findings(f.room_id, &[f.finding_id]).await?;
+                if now.first().is_none_or(|x| x.erased.is_some()) {
+                    s.index.delete(f.room_id, &[f.finding_id]).await?;
+                    continue;
+                }
                 self.inner.store.set_index_status(f.room_id, f.finding_id, IndexStatus::Indexed).await?;
                 done.push(f.finding_id);
             }
@@ -545,6 +552,11 @@ impl Macp {
             resolve_refs(&aliases, &mut found)?;
             for f in chunk {
                 let Some(finding) = found.iter().find(|x| x.finding_id == f.finding_id) else { continue };
+                // An index that has not caught up with an erasure yet (another server's) must
+                // not surface it.
+                if finding.erased.is_some() {
+                    continue;
+                }
                 if !tags.is_empty() && !finding.tags.iter().any(|t| tags.contains(t)) {
                     continue;
                 }

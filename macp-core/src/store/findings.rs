@@ -153,7 +153,9 @@ pub trait FindingStore: Send + Sync {
     ///
     /// Contract: atomic. `Ok(None)` if the room has no such finding (nothing written). A finding
     /// already erased is returned as stored, and nothing is written. Otherwise its `content`
-    /// becomes [`Erasure::notice`], its `evidence` is emptied, `erased` is set; every event of
+    /// becomes [`Erasure::notice`], its `evidence` is emptied, `erased` is set, and it is no
+    /// longer `pending` (an erased finding is never embedded: `index_status` becomes
+    /// `indexed`, and [`mark_all_pending`](FindingStore::mark_all_pending) skips it); every event of
     /// the room naming the finding (`finding_id`) gets the notice as its summary; `event` is
     /// appended to the feed; the finding leaves the store's keyword search. When the call returns,
     /// the old content and evidence cannot be read back from the store's storage by any means
@@ -188,7 +190,8 @@ pub trait FindingStore: Send + Sync {
     /// first, at most `limit`: the reconciler's work list.
     async fn pending_findings(&self, created_before: Timestamp, limit: usize) -> Result<Vec<Finding>>;
 
-    /// Sets every finding of every room to `pending` (the reindex path). Returns how many.
+    /// Sets every finding of every room to `pending` (the reindex path), erased ones excepted.
+    /// Returns how many.
     async fn mark_all_pending(&self) -> Result<u64>;
 
     /// Counts over the room's findings: exact, not estimates.

@@ -92,8 +92,12 @@ impl FindingStore for SqliteStore {
             .write(Sync::Durable, move |tx, fx| {
                 let (room, id) = (room_id.to_string(), finding_id.to_string());
                 let found = tx
-                    .prepare_cached(&format!("SELECT {FINDING_COLS} FROM findings WHERE room_id = ? AND finding_id = ?"))
-                    .and_then(|mut st| st.query_row(params![room, id], |r| Ok(finding_from_row(r))).optional())
+                    .prepare_cached(&format!(
+                        "SELECT {FINDING_COLS} FROM findings WHERE room_id = ? AND finding_id = ?"
+                    ))
+                    .and_then(|mut st| {
+                        st.query_row(params![room, id], |r| Ok(finding_from_row(r))).optional()
+                    })
                     .map_err(sql_err)?
                     .transpose()?;
                 let Some(mut f) = found else { return Ok(None) };
@@ -103,7 +107,8 @@ impl FindingStore for SqliteStore {
                 let notice = erasure.notice();
                 exec(
                     tx,
-                    "UPDATE findings SET content = ?, evidence = '[]', erased = ? WHERE room_id = ? AND finding_id = ?",
+                    "UPDATE findings SET content = ?, evidence = '[]', erased = ?, index_status = 'indexed'
+                     WHERE room_id = ? AND finding_id = ?",
                     params![notice, to_json(&erasure), room, id],
                 )
                 .map_err(sql_err)?;
@@ -118,6 +123,7 @@ impl FindingStore for SqliteStore {
                 f.content = notice;
                 f.evidence.clear();
                 f.erased = Some(erasure);
+                f.index_status = IndexStatus::Indexed;
                 Ok(Some((f, true)))
             })
             .await?;
@@ -248,7 +254,7 @@ impl FindingStore for SqliteStore {
 
     async fn mark_all_pending(&self) -> Result<u64> {
         self.write(Sync::Durable, |c, _| {
-            exec(c, "UPDATE findings SET index_status = 'pending' WHERE index_status <> 'pending'", [])
+            exec(c, "UPDATE findings SET index_status = 'pending' WHERE index_status <> 'pending' AND erased IS NULL", [])
                 .map(|n| n as u64)
                 .map_err(sql_err)
         })

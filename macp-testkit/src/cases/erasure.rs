@@ -100,6 +100,9 @@ pub async fn an_erased_finding_leaves_only_a_notice(backend: Backend) {
 
     let all = everything(&f).await;
     assert!(!all.contains(MARK), "the erased text came back from a read");
+    let found =
+        m.search_findings(&f.bob, SearchFindings::new(f.room, format!("customer {MARK} 502"))).await.unwrap();
+    assert!(!found.results.iter().any(|h| h.finding.finding_id == leak.finding_id), "search still finds it");
     assert!(all.contains(&kept.content), "the rest of the room is intact");
     if let Some(hits) = backend.store.keyword_search(f.room, MARK, 10).await.unwrap() {
         assert!(hits.hits.is_empty(), "the keyword index still finds the erased finding");
@@ -164,6 +167,9 @@ pub async fn an_erased_findings_vector_is_deleted(backend: Backend) {
     assert_eq!(index.count(room).await.unwrap(), 1, "the vector is deleted");
     let after = hits(macp.search_findings(&who, SearchFindings::new(room, query)).await.unwrap());
     assert!(!after.contains(&leak.finding_id), "the erased finding is still found by meaning: {after:?}");
+    // Rebuilding the index does not embed it again (neither its text nor the notice).
+    macp.reindex().await.unwrap();
+    assert_eq!(index.count(room).await.unwrap(), 1, "reindexing brought the erased finding back");
 }
 
 /// An erased artifact's bytes are deleted from blob storage (an old download URL gets nothing),
