@@ -1,13 +1,16 @@
 # The server's role: only the calls macp-aws makes (macp-aws/src), on this stack's resources.
 #
 #   DynamoDB   GetItem, BatchGetItem, Query, Scan, PutItem, UpdateItem (TransactWriteItems needs
-#              the Put/Update permissions of its parts) on the six tables and their indexes. No
-#              DeleteItem and no table management: tables come from here, phase 1 keeps every
-#              record, and `AwsBackend::setup` (which creates tables) is for development only.
+#              the Put/Update permissions of its parts) on the tables and their indexes;
+#              DeleteItem and BatchWriteItem to purge a room whose retention ran out. No table
+#              management: tables come from here, and `AwsBackend::setup` (which creates
+#              tables) is for development only.
 #   S3         presigned PUT / GET (signed with this role's credentials) and HeadObject under
 #              rooms/ only; ListBucket so that HeadObject on a missing key answers 404, which
 #              macp-aws reads as "not uploaded", rather than 403 (every authenticated user may
-#              read every room, so listing keys exposes nothing more).
+#              read every room, so listing keys exposes nothing more); DeleteObject,
+#              DeleteObjectVersion and ListBucketVersions to erase an artifact and purge a room
+#              (every version, so a versioned bucket keeps nothing behind a delete marker).
 #   S3 Vectors the vector calls on indexes named macp-* in this stack's vector bucket: data
 #              (Put/Get/Query/List/DeleteVectors) and CreateIndex / DeleteIndex, because
 #              macp-aws binds an index per embedding model (CreateIndex answers Conflict when the
@@ -47,6 +50,8 @@ data "aws_iam_policy_document" "server" {
       "dynamodb:Scan",
       "dynamodb:PutItem",
       "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:BatchWriteItem",
     ]
     resources = [
       aws_dynamodb_table.rooms.arn,

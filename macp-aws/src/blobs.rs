@@ -96,37 +96,83 @@ impl BlobStore for AwsBackend {
     }
 
     async fn delete(&self, key: &str) -> Result<()> {
-        // Every version, not only the current one: on a versioned bucket a plain delete would
-        // leave the bytes behind a delete marker.
+        self.delete_versions(key, true).await.map(|_| ())
+    }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        self.delete_versions(prefix, false).await
+    }
+}
+
+impl AwsBackend {
+    /// Deletes every version (and delete marker) of the objects under `prefix` (only the one
+    /// named `prefix` when `exact`): on a versioned bucket a plain delete would leave the bytes
+    /// behind a delete marker. Returns how many objects had a version.
+    async fn delete_versions(&self, prefix: &str, exact: bool) -> Result<u64> {
         let bucket = &self.names.artifact_bucket;
-        let listed = self
-            .s3
-            .list_object_versions()
-            .bucket(bucket)
-            .prefix(key)
-            .send()
-            .await
-            .map_err(|e| aws_err("s3", "ListObjectVersions", e))?;
-        let versions = listed.versions().iter().filter(|v| v.key() == Some(key)).map(|v| v.version_id());
-        let markers = listed.delete_markers().iter().filter(|m| m.key() == Some(key)).map(|m| m.version_id());
-        for version in versions.chain(markers) {
-            self.s3
-                .delete_object()
+        let mut objects = std::collections::BTreeSet::new();
+        let (mut key_marker, mut version_marker) = (None, None);
+        loop {
+            let listed = self
+                .s3
+                .list_object_versions()
                 .bucket(bucket)
-                .key(key)
-                .set_version_id(version.map(str::to_owned))
+                .prefix(prefix)
+                .set_key_marker(key_marker.take())
+                .set_version_id_marker(version_marker.take())
                 .send()
                 .await
-                .map_err(|e| aws_err("s3", "DeleteObject", e))?;
+                .map_err(|e| aws_err("s3", "ListObjectVersions", e))?;
+            let versions = listed.versions().iter().map(|v| (v.key(), v.version_id()));
+            let markers = listed.delete_markers().iter().map(|m| (m.key(), m.version_id()));
+            for (key, version) in versions.chain(markers) {
+                let Some(key) = key.filter(|k| !exact || *k == prefix) else { continue };
+                self.s3
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .set_version_id(version.map(str::to_owned))
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("s3", "DeleteObject", e))?;
+                objects.insert(key.to_owned());
+            }
+            if listed.is_truncated() != Some(true) {
+                break;
+            }
+            key_marker = listed.next_key_marker().map(str::to_owned);
+            version_marker = listed.next_version_id_marker().map(str::to_owned);
         }
-        // An unversioned bucket, or an emulator that lists no versions.
-        self.s3
-            .delete_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| aws_err("s3", "DeleteObject", e))?;
-        Ok(())
+        // An unversioned bucket, or an emulator that lists no versions: the current objects.
+        let mut token = None;
+        loop {
+            let listed = self
+                .s3
+                .list_objects_v2()
+                .bucket(bucket)
+                .prefix(prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| aws_err("s3", "ListObjectsV2", e))?;
+            for key in listed.contents().iter().filter_map(|o| o.key()) {
+                if exact && key != prefix {
+                    continue;
+                }
+                self.s3
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("s3", "DeleteObject", e))?;
+                objects.insert(key.to_owned());
+            }
+            match listed.next_continuation_token() {
+                Some(t) if listed.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                _ => break,
+            }
+        }
+        Ok(objects.len() as u64)
     }
 }

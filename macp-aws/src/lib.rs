@@ -60,6 +60,7 @@
 //! idempotency keys live in the `findings` table so that one key cannot be reused across
 //! write tools; `list_rooms` scans the rooms table (rooms are few; a GSI would be the next step).
 
+mod audit;
 mod blobs;
 mod ddb;
 mod setup;

@@ -41,6 +41,16 @@ impl Transfer for HttpTransfer {
     }
 }
 
+/// Scans every table, the bucket's object versions and every vector index for a text.
+struct Raw(AwsBackend);
+
+#[async_trait]
+impl macp_testkit::Leftovers for Raw {
+    async fn find(&self, needle: &str) -> Vec<String> {
+        self.0.find_anywhere(needle).await.expect("scan the emulator")
+    }
+}
+
 async fn aws() -> Option<macp_testkit::Backend> {
     let endpoint = std::env::var("MACP_AWS_TEST_ENDPOINT").ok().filter(|v| !v.is_empty())?;
     let prefix = format!("t{}-", ulid::Ulid::generate().to_string().to_lowercase());
@@ -53,9 +63,11 @@ async fn aws() -> Option<macp_testkit::Backend> {
     // "Reopening" is a second, independent connection to the same tables: fresh clients and an
     // empty in-process keyword cache, as a restarted server would have.
     let second = builder.connect().await.expect("connect again");
+    let raw = Raw(backend.clone());
     let b = Arc::new(backend);
     Some(
         macp_testkit::Backend::new(b.clone())
+            .with_leftovers(Arc::new(raw))
             .with_vector_index(b.clone())
             .with_blobs(b, Arc::new(HttpTransfer(reqwest::Client::new())))
             .with_reopen(move || -> Arc<dyn macp_core::Store> { Arc::new(second.clone()) }),

@@ -81,6 +81,10 @@ pub trait BlobStore: Send + Sync + Debug {
     /// Deletes the object at `key` for good (erasure): afterwards `head` answers `None` and
     /// download URLs answer nothing. Deleting a missing object succeeds.
     async fn delete(&self, key: &str) -> Result<()>;
+
+    /// Deletes every object whose key starts with `prefix` (a purged room's files, uploads
+    /// never registered included), as [`delete`](BlobStore::delete) would. Returns how many.
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64>;
 }
 
 /// Bytes in flight: a request body, or a stored object being read.
@@ -439,6 +443,13 @@ mod memory {
         async fn delete(&self, key: &str) -> Result<()> {
             self.objects.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
             Ok(())
+        }
+
+        async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+            let mut objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+            let before = objects.len();
+            objects.retain(|k, _| !k.starts_with(prefix));
+            Ok((before - objects.len()) as u64)
         }
     }
 }

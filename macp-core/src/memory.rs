@@ -108,6 +108,26 @@ impl Store for MemoryStore {
 
 #[async_trait]
 impl RoomStore for MemoryStore {
+    async fn purge_room(&self, room_id: RoomId) -> Result<()> {
+        interleave().await;
+        let mut s = self.lock();
+        let r = room_id;
+        s.agents.retain(|(x, _), _| *x != r);
+        s.findings.remove(&r);
+        s.entities.retain(|(x, _), _| *x != r);
+        s.holders.retain(|(x, _), _| *x != r);
+        s.relationships.retain(|(x, _), _| *x != r);
+        s.artifacts.retain(|(x, _), _| *x != r);
+        s.idempotency.retain(|(x, _), _| *x != r);
+        s.keywords.remove(&r);
+        s.events.remove(&r);
+        s.read_positions.retain(|(x, _), _| *x != r);
+        s.claims.retain(|(x, _), _| *x != r);
+        s.decisions.retain(|(x, _), _| *x != r);
+        s.rooms.remove(&r);
+        Ok(())
+    }
+
     async fn insert_room(&self, room: &Room) -> Result<()> {
         interleave().await;
         let mut s = self.lock();
@@ -264,6 +284,7 @@ impl FindingStore for MemoryStore {
         f.content = notice.clone();
         f.evidence.clear();
         f.erased = Some(erasure.clone());
+        f.index_status = IndexStatus::Indexed;
         let erased = f.clone();
         if let Some(ix) = s.keywords.get_mut(&room_id) {
             ix.remove(finding_id);
@@ -327,7 +348,7 @@ impl FindingStore for MemoryStore {
         interleave().await;
         let mut s = self.lock();
         let mut n = 0;
-        for f in s.findings.values_mut().flatten() {
+        for f in s.findings.values_mut().flatten().filter(|f| f.erased.is_none()) {
             f.index_status = IndexStatus::Pending;
             n += 1;
         }

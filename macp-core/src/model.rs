@@ -177,10 +177,15 @@ pub struct Room {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub resolution: Option<Resolution>,
     /// Resolutions of earlier closes, oldest first, when the room was reopened since.
+    #[cfg_attr(feature = "schemars", schemars(description = "Earlier closes' resolutions, oldest first."))]
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub past_resolutions: Vec<Resolution>,
     /// The objectives this room had before the current one, oldest first, each with who
     /// replaced it and when.
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(description = "Earlier objectives, oldest first, with who replaced each.")
+    )]
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub objective_history: Vec<ObjectiveChange>,
     /// Section markers dividing the timeline, oldest first; the last is the current phase.
@@ -191,6 +196,14 @@ pub struct Room {
     #[cfg_attr(feature = "schemars", schemars(description = "Moves by one with every change."))]
     #[serde(default)]
     pub version: u64,
+    /// Days the room is kept once closed, then purged everywhere (0: kept for good; absent: the
+    /// server's default).
+    #[cfg_attr(
+        feature = "schemars",
+        schemars(description = "Days kept once closed, then purged (0: for good).")
+    )]
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub retention_days: Option<u32>,
 }
 
 impl Room {
@@ -235,6 +248,10 @@ impl Author {
 /// cause next").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schemars",
+    schemars(description = "A section marker dividing the timeline into phases.")
+)]
 pub struct Marker {
     /// `m1`, `m2`, … in the order they were set: pass it to get_timeline's `after_marker`.
     pub marker_id: String,
@@ -625,6 +642,8 @@ wire_enum!(
         EntitiesMerged = "entities_merged",
         /// A relationship was added, or new evidence appended to it (`entity_ids`: from, to).
         RelationshipAdded = "relationship_added",
+        /// How long the room is kept once closed was set (the summary says).
+        RetentionSet = "retention_set",
         /// An artifact was registered (`artifact_id`).
         ArtifactRegistered = "artifact_registered",
         /// The room was closed (the summary carries the resolution's first line, if any).

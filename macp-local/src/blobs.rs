@@ -358,32 +358,64 @@ impl BlobStore for LocalBlobStore {
     async fn delete(&self, key: &str) -> Result<()> {
         let Some(key) = safe_key(key) else { return Ok(()) };
         let (data, meta) = (self.root.join(key), self.meta.join(format!("{key}.json")));
-        tokio::task::spawn_blocking(move || {
-            // Zeroed and synced before the unlink, so the freed blocks do not hold the bytes.
-            match std::fs::OpenOptions::new().write(true).open(&data) {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    let len = f.metadata()?.len();
-                    let zeros = vec![0u8; 64 * 1024];
-                    let mut left = len;
-                    while left > 0 {
-                        let n = left.min(zeros.len() as u64) as usize;
-                        f.write_all(&zeros[..n])?;
-                        left -= n as u64;
-                    }
-                    f.sync_data()?;
-                    std::fs::remove_file(&data)?;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-            match std::fs::remove_file(&meta) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
-            }
+        tokio::task::spawn_blocking(move || shred(&data).and_then(|_| shred(&meta)))
+            .await
+            .map_err(|e| Error::backend("local-blobs", true, format!("delete task failed: {e}"), None))?
+            .map_err(|e| io_err("cannot delete an artifact", e))
+    }
+
+    async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        // A room's prefix is a directory (`rooms/<id>/`) under both trees.
+        let Some(dir) = safe_key(prefix.trim_end_matches('/')) else { return Ok(0) };
+        let (data, meta) = (self.root.join(dir), self.meta.join(dir));
+        tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+            let n = shred_tree(&data)?;
+            shred_tree(&meta)?;
+            Ok(n)
         })
         .await
         .map_err(|e| Error::backend("local-blobs", true, format!("delete task failed: {e}"), None))?
-        .map_err(|e| io_err("cannot delete an artifact", e))
+        .map_err(|e| io_err("cannot delete a room's artifacts", e))
     }
+}
+
+/// Overwrites a file with zeros, syncs, then unlinks it, so the freed blocks do not hold its
+/// bytes. A missing file is fine.
+fn shred(path: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let zeros = vec![0u8; 64 * 1024];
+    let mut left = f.metadata()?.len();
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        f.write_all(&zeros[..n])?;
+        left -= n as u64;
+    }
+    f.sync_data()?;
+    std::fs::remove_file(path)
+}
+
+/// Shreds every file under `dir` and removes the directories; returns how many files.
+fn shred_tree(dir: &Path) -> std::io::Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut n = 0;
+    for e in entries {
+        let p = e?.path();
+        if p.is_dir() {
+            n += shred_tree(&p)?;
+        } else {
+            shred(&p)?;
+            n += 1;
+        }
+    }
+    std::fs::remove_dir(dir)?;
+    Ok(n)
 }

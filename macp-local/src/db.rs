@@ -161,6 +161,10 @@ pub fn default_data_dir() -> PathBuf {
     PathBuf::from("macp-data")
 }
 
+/// TRUNCATE checkpoints tried, 20 ms apart, before an erasure or purge reports that readers
+/// still hold old pages.
+const SCRUB_ATTEMPTS: usize = 50;
+
 /// A [`Store`](macp_core::Store) on one SQLite database file. Cheap to clone.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -249,12 +253,19 @@ impl SqliteStore {
     /// pages; if they outlast it, the erasure is committed but its old bytes are not yet gone,
     /// and the caller is told to retry (erasing again only repeats this step).
     pub(crate) async fn scrub(&self) -> Result<()> {
-        let (busy, _, _) = self
+        let busy = self
             .read(|c| {
-                c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-                })
-                .map_err(sql_err)
+                // The checkpointer thread's own pass, or a reader finishing, can make one
+                // attempt come back busy: a few more before giving up.
+                for _ in 0..SCRUB_ATTEMPTS {
+                    let busy: i64 =
+                        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0)).map_err(sql_err)?;
+                    if busy == 0 {
+                        return Ok(0);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Ok(1)
             })
             .await?;
         if busy != 0 {

@@ -112,6 +112,13 @@ impl<I: RoomIndex> RoomIndexes<I> {
         }
     }
 
+    /// Drops the room's index (a purged room). A load in flight is answered but not kept.
+    pub(crate) fn forget(&self, room: RoomId) {
+        if let Some(Slot::Loading { done, .. }) = lock(&self.rooms).remove(&room) {
+            let _ = done.send(true);
+        }
+    }
+
     /// Drops every room's index (they load again on next use).
     pub(crate) fn clear(&self) {
         let mut rooms = lock(&self.rooms);

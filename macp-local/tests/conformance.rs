@@ -35,6 +35,31 @@ impl Transfer for LocalTransfer {
     }
 }
 
+/// Reads every file of the data directory, database and WAL bytes included, and every path.
+struct DataDir(std::path::PathBuf);
+
+#[async_trait]
+impl macp_testkit::Leftovers for DataDir {
+    async fn find(&self, needle: &str) -> Vec<String> {
+        fn walk(dir: &std::path::Path, needle: &[u8], out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.to_string_lossy().contains(std::str::from_utf8(needle).unwrap()) {
+                    out.push(format!("path {}", p.display()));
+                }
+                if p.is_dir() {
+                    walk(&p, needle, out);
+                } else if std::fs::read(&p).unwrap_or_default().windows(needle.len()).any(|w| w == needle) {
+                    out.push(format!("bytes of {}", p.display()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.0, needle.as_bytes(), &mut out);
+        out
+    }
+}
+
 async fn sqlite() -> Option<macp_testkit::Backend> {
     let dir = tempfile::tempdir().expect("temporary directory");
     let path = dir.path().to_owned();
@@ -55,6 +80,7 @@ async fn sqlite() -> Option<macp_testkit::Backend> {
             .with_vector_index(store)
             .with_blobs(Arc::new(blobs.clone()), Arc::new(LocalTransfer(blobs)))
             .with_reopen(move || -> Arc<dyn Store> { open() })
+            .with_leftovers(Arc::new(DataDir(dir.path().to_owned())))
             .with_guard(dir),
     )
 }

@@ -26,6 +26,7 @@
 //! | `--redact-off KIND` (repeatable) | `MACP_REDACT_OFF` (comma-separated) | `redact_off` | none: every kind of secret is redacted on write (kinds: `macp_core::redact::KINDS`) |
 //! | `--redact-pattern KIND=REGEX` (repeatable) | — | `redact_patterns` (a table `kind = "regex"`) | none: extra patterns whose matches become `[redacted:KIND]` |
 //! | `--max-exchanges N` | `MACP_MAX_EXCHANGES` | `max_exchanges` | 10: findings two agents may address to each other with no person acting in between (0: no limit) |
+//! | `--retention-days N` | `MACP_RETENTION_DAYS` | `retention_days` | 0 (kept for good): days a closed room is kept, then purged, unless it sets its own |
 //! | `--auth-issuer URL` | `MACP_AUTH_ISSUER` | `auth_issuer` | none: auth off (loopback only) |
 //! | `--auth-jwks-url URL` | `MACP_AUTH_JWKS_URL` | `auth_jwks_url` | `jwks_uri` from `<issuer>/.well-known/openid-configuration`, else `<issuer>/.well-known/jwks.json` |
 //! | `--auth-audience VALUE` | `MACP_AUTH_AUDIENCE` | `auth_audience` | required with an issuer |
@@ -149,6 +150,10 @@ pub struct ServeArgs {
     /// room in between; 0 for no limit.
     #[arg(long, env = "MACP_MAX_EXCHANGES")]
     pub max_exchanges: Option<usize>,
+    /// Days a closed room is kept before it is purged everywhere, for rooms that set no
+    /// retention of their own; 0 keeps rooms for good.
+    #[arg(long, env = "MACP_RETENTION_DAYS")]
+    pub retention_days: Option<u32>,
     /// Serve one local user over stdio instead of HTTP.
     #[arg(long)]
     pub stdio: bool,
@@ -226,6 +231,8 @@ pub struct FileConfig {
     pub stale_after_minutes: Option<u64>,
     /// See `--max-exchanges`.
     pub max_exchanges: Option<usize>,
+    /// See `--retention-days`.
+    pub retention_days: Option<u32>,
     /// See `--redact-off`.
     #[serde(default)]
     pub redact_off: Vec<String>,
@@ -296,6 +303,8 @@ pub struct Resolved {
     pub stale_after: std::time::Duration,
     /// The directed exchange budget (see [`macp_core::Limits::max_exchanges`]).
     pub max_exchanges: usize,
+    /// Days a closed room is kept (0: for good), for rooms without their own.
+    pub retention_days: u32,
     /// The redactor every write passes (see [`macp_core::redact`]).
     pub redactor: macp_core::redact::Redactor,
     /// OAuth settings when an issuer is configured; `resource` is empty until `macp serve`
@@ -395,6 +404,15 @@ impl Resolved {
                     r = r.pattern(&kind, &re).map_err(|e| format!("--redact-pattern: {e}"))?;
                 }
                 r
+            },
+            retention_days: match serve.retention_days.or(file.retention_days).unwrap_or(0) {
+                d if d > macp_core::service::MAX_RETENTION_DAYS => {
+                    return Err(format!(
+                        "--retention-days {d} is longer than the longest retention, {} days",
+                        macp_core::service::MAX_RETENTION_DAYS
+                    ));
+                }
+                d => d,
             },
             max_exchanges: serve
                 .max_exchanges

@@ -236,6 +236,27 @@ fn warm_up(store: Option<SqliteStore>) {
     }
 }
 
+/// How often a server purges the closed rooms whose retention ran out.
+const PURGE_EVERY: Duration = Duration::from_secs(10 * 60);
+
+/// Purges expired rooms now and every [`PURGE_EVERY`], for as long as the server runs. Every
+/// instance may run it: a purge is idempotent.
+fn start_purger(macp: Macp) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(PURGE_EVERY);
+        loop {
+            every.tick().await;
+            match macp.purge_expired().await {
+                Ok(r) if r.rooms.is_empty() => {}
+                Ok(r) => {
+                    tracing::info!(rooms = ?r.rooms, findings = r.findings, objects = r.objects, "purged expired rooms")
+                }
+                Err(e) => tracing::warn!(error = %e, "purging expired rooms failed; trying again next time"),
+            }
+        }
+    })
+}
+
 /// What the service is opened for.
 #[derive(Clone, Copy)]
 enum Use<'a> {
@@ -281,6 +302,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
             l
         })
         .stale_after(cfg.stale_after)
+        .default_retention_days(cfg.retention_days)
         .redactor(cfg.redactor.clone());
     let mut local_artifacts = None;
     let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
@@ -712,6 +734,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         let Opened { macp, local_store, .. } = open(&cfg, Use::Serve { public: None }).await?;
         warm_up(local_store);
         let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
+        let purger = start_purger(macp.clone());
         tracing::info!(user = %local.user_id, backend = ?cfg.backend, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
         let running = MacpMcp::new(macp, Some(local))
             .serve(rmcp::transport::stdio())
@@ -719,6 +742,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             .map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())?;
         drop(reconciler);
+        purger.abort();
         return Ok(());
     }
 
@@ -747,6 +771,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let Opened { macp, local_artifacts, local_store } =
         open(&cfg, Use::Serve { public: Some(&public) }).await?;
     let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
+    let purger = start_purger(macp.clone());
     let ct = CancellationToken::new();
     let mut allowed_hosts = cfg.allowed_hosts.clone();
     if let Some(host) = public.split("://").nth(1).and_then(|r| r.split('/').next()) {
@@ -811,6 +836,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         () = deadline => tracing::warn!(grace_secs = GRACE.as_secs(), "connections still open after the grace period; exiting"),
     }
     drop(reconciler);
+    purger.abort();
     Ok(())
 }
 

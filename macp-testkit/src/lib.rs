@@ -71,7 +71,18 @@ pub struct Backend {
     pub blobs: Option<(Arc<dyn BlobStore>, Arc<dyn Transfer>)>,
     /// Opens a second store on the same data (used to check durability).
     pub reopen: Option<Arc<dyn Fn() -> Arc<dyn Store> + Send + Sync>>,
+    /// Reads the backend's raw storage (every table, bucket and index) for a text: used to
+    /// check that a purge leaves nothing (see [`Backend::with_leftovers`]).
+    pub leftovers: Option<Arc<dyn Leftovers>>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// Where a text still appears in a backend's raw storage, read beneath the store's API.
+#[async_trait]
+pub trait Leftovers: Send + Sync {
+    /// Every place (table and key, object key, vector key) holding `needle` anywhere: keys,
+    /// attributes, metadata, contents. Empty when there is none.
+    async fn find(&self, needle: &str) -> Vec<String>;
 }
 
 impl fmt::Debug for Backend {
@@ -83,7 +94,13 @@ impl fmt::Debug for Backend {
 impl Backend {
     /// A backend with nothing to keep alive.
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store, vector_index: None, blobs: None, reopen: None, _guard: None }
+        Self { store, vector_index: None, blobs: None, reopen: None, leftovers: None, _guard: None }
+    }
+
+    /// Declares how to search the backend's raw storage (the purge cases then scan it).
+    pub fn with_leftovers(mut self, leftovers: Arc<dyn Leftovers>) -> Self {
+        self.leftovers = Some(leftovers);
+        self
     }
 
     /// Declares the backend's vector index.
@@ -255,6 +272,8 @@ macro_rules! conformance_tests {
             secrets_are_redacted_before_anything_is_stored,
             redaction_comes_before_the_length_limit,
             an_erased_finding_leaves_only_a_notice,
+            an_expired_room_is_purged_everywhere,
+            a_room_is_kept_while_open_reopened_or_held,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -428,6 +447,7 @@ mod tests {
             include_str!("cases/steering.rs"),
             include_str!("cases/redaction.rs"),
             include_str!("cases/erasure.rs"),
+            include_str!("cases/retention.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

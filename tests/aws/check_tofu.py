@@ -45,7 +45,9 @@ MIN_PROVIDER = (6, 24, 0)
 DEFAULT_EMBEDDING_MODEL = "amazon.titan-embed-text-v2:0"
 DEFAULT_DIMENSION = 256
 
-TABLE_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}
+# BatchWriteItem and DeleteItem: a room whose retention ran out is purged (macp-aws/src/store/rooms.rs).
+TABLE_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query",
+                 "dynamodb:BatchWriteItem", "dynamodb:DeleteItem"}
 INDEX_ACTIONS = {"dynamodb:Query"}
 # Erasure deletes every version of an artifact's object (macp-aws/src/blobs.rs) and its vector.
 OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"}

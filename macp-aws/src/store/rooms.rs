@@ -34,8 +34,109 @@ fn room_of(item: &Item) -> Result<Room> {
     Ok(r)
 }
 
+impl AwsBackend {
+    /// Deletes every item of `room` in `table` (found through `index` when given), by the
+    /// item keys `keys`: a query by room, 25 deletes per batch, unprocessed ones sent again.
+    async fn delete_room_items(
+        &self,
+        table: &str,
+        index: Option<&str>,
+        keys: &[&str],
+        room: RoomId,
+    ) -> Result<()> {
+        let names: HashMap<String, String> =
+            keys.iter().enumerate().map(|(i, k)| (format!("#k{i}"), (*k).to_owned())).collect();
+        let projection = (0..keys.len()).map(|i| format!("#k{i}")).collect::<Vec<_>>().join(", ");
+        let mut start = None;
+        loop {
+            let resp = self
+                .ddb
+                .query()
+                .table_name(table)
+                .set_index_name(index.map(str::to_owned))
+                .key_condition_expression("room_id = :r")
+                .expression_attribute_values(":r", s(room.to_string()))
+                .projection_expression(&projection)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| aws_err("dynamodb", "Query (purge)", e))?;
+            let found: Vec<HashMap<String, AttributeValue>> = resp
+                .items()
+                .iter()
+                .map(|i| {
+                    keys.iter().filter_map(|k| i.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect()
+                })
+                .collect();
+            for chunk in found.chunks(25) {
+                self.batch_delete(table, chunk).await?;
+            }
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// One BatchWriteItem of deletes (at most 25), until nothing is left unprocessed.
+    async fn batch_delete(&self, table: &str, keys: &[HashMap<String, AttributeValue>]) -> Result<()> {
+        use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+        let mut requests = keys
+            .iter()
+            .map(|k| {
+                DeleteRequest::builder()
+                    .set_key(Some(k.clone()))
+                    .build()
+                    .map(|d| WriteRequest::builder().delete_request(d).build())
+                    .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for attempt in 0..ATTEMPTS {
+            if requests.is_empty() {
+                return Ok(());
+            }
+            let resp = self
+                .ddb
+                .batch_write_item()
+                .request_items(table, requests)
+                .send()
+                .await
+                .map_err(|e| aws_err("dynamodb", "BatchWriteItem (purge)", e))?;
+            requests = resp.unprocessed_items.and_then(|mut u| u.remove(table)).unwrap_or_default();
+            if !requests.is_empty() {
+                backoff(attempt).await;
+            }
+        }
+        Err(gave_up("purge a room"))
+    }
+}
+
 #[async_trait]
 impl RoomStore for AwsBackend {
+    async fn purge_room(&self, room_id: RoomId) -> Result<()> {
+        let n = &self.names;
+        // Every table is keyed by room (relationships through their `by_room` index); the
+        // findings table holds idempotency keys, the entities table identifier claims, the
+        // events table the feed head. The room's item goes last.
+        let tables: [(&str, Option<&str>, &[&str]); 8] = [
+            (&n.findings, None, &["room_id", "finding_id"]),
+            (&n.entities, None, &["room_id", "entity_id"]),
+            (&n.relationships, Some("by_room"), &["pk", "sk"]),
+            (&n.artifacts, None, &["room_id", "artifact_id"]),
+            (&n.events, None, &["room_id", "seq"]),
+            (&n.claims, None, &["room_id", "key"]),
+            (&n.decisions, None, &["room_id", "decision_id"]),
+            (&n.agents, None, &["room_id", "agent_id"]),
+        ];
+        for (table, index, keys) in tables {
+            self.delete_room_items(table, index, keys, room_id).await?;
+        }
+        self.delete_room_items(&n.rooms, None, &["room_id"], room_id).await?;
+        self.keywords.lock().unwrap_or_else(|p| p.into_inner()).remove(&room_id);
+        Ok(())
+    }
+
     async fn insert_room(&self, room: &Room) -> Result<()> {
         let r = self
             .ddb

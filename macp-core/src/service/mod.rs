@@ -28,6 +28,7 @@ mod entities;
 mod erase;
 mod events;
 mod findings;
+mod retention;
 mod rooms;
 mod search;
 
@@ -58,9 +59,10 @@ pub use entities::{
 pub use erase::{Erase, Erased};
 pub use events::{FeedPage, MAX_FEED_PAGE, RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
+pub use retention::PurgeReport;
 pub use rooms::{
     AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,
-    RoomFilter, RoomPage, RoomSummary, SteerRoom,
+    MAX_RETENTION_DAYS, RoomFilter, RoomPage, RoomSummary, SteerRoom,
 };
 pub use search::{
     MAX_ROOMS_SEARCHED, ReconcileReport, ReconcilerHandle, RoomLabel, SearchConfig, SearchFindings,
@@ -122,6 +124,7 @@ pub struct MacpBuilder {
     artifacts: ArtifactConfig,
     stale_after: Option<std::time::Duration>,
     redactor: crate::redact::Redactor,
+    retention_days: u32,
 }
 
 /// How long an agent may go without activity before it shows as stale, by default.
@@ -196,6 +199,13 @@ impl MacpBuilder {
         self
     }
 
+    /// Days a closed room is kept before it is purged, for rooms that do not set their own
+    /// (default 0: kept for good). See [`Macp::purge_expired`].
+    pub fn default_retention_days(mut self, days: u32) -> Self {
+        self.retention_days = days;
+        self
+    }
+
     /// Search settings (default: [`SearchConfig::default`]).
     pub fn search_config(mut self, config: SearchConfig) -> Self {
         self.search = config;
@@ -248,6 +258,7 @@ impl MacpBuilder {
                 clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
                 feed: Arc::default(),
                 redactor: self.redactor,
+                retention_days: self.retention_days,
                 stale_after_ms: self
                     .stale_after
                     .unwrap_or(DEFAULT_STALE_AFTER)
@@ -276,6 +287,7 @@ struct Inner {
     feed: Arc<events::Feed>,
     stale_after_ms: i64,
     redactor: crate::redact::Redactor,
+    retention_days: u32,
 }
 
 impl fmt::Debug for Macp {

@@ -33,6 +33,9 @@ pub struct CreateRoom {
     /// Only "full" exists: every member sees every finding (the default).
     #[serde(default)]
     pub visibility_mode: Option<VisibilityMode>,
+    /// Days to keep it once closed, then purge it (0: for good).
+    #[serde(default)]
+    pub retention_days: Option<u32>,
 }
 
 impl CreateRoom {
@@ -91,6 +94,24 @@ impl JoinRoom {
 
 /// How often a room's objective may change (its history is kept in the room record).
 pub const MAX_OBJECTIVE_CHANGES: usize = 20;
+
+/// The longest retention a room can be given: ten years.
+pub const MAX_RETENTION_DAYS: u32 = 3650;
+
+/// A room's retention in days, checked.
+fn retention(days: u32) -> Result<u32> {
+    if days > MAX_RETENTION_DAYS {
+        return Err(Error::InvalidInput {
+            field: "retention_days".into(),
+            message: format!(
+                "{days} days is longer than the longest retention, {MAX_RETENTION_DAYS} days; give 0 to keep the \
+                 room for good"
+            ),
+            limit: Some(u64::from(MAX_RETENTION_DAYS)),
+        });
+    }
+    Ok(days)
+}
 
 fn markers_full(max: usize) -> Error {
     Error::CapacityExceeded {
@@ -166,6 +187,9 @@ pub struct SteerRoom {
     /// True to reopen a closed room.
     #[serde(default)]
     pub reopen: bool,
+    /// Days to keep the room once closed (0: for good).
+    #[serde(default)]
+    pub retention_days: Option<u32>,
     /// Which of your agents acts; defaults to the one you joined with.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
@@ -174,7 +198,7 @@ pub struct SteerRoom {
 impl SteerRoom {
     /// Nothing yet: set a field.
     pub fn new(room_id: RoomId) -> Self {
-        Self { room_id, objective: None, marker: None, reopen: false, agent_id: None }
+        Self { room_id, objective: None, marker: None, reopen: false, retention_days: None, agent_id: None }
     }
 }
 
@@ -385,6 +409,7 @@ impl Macp {
             objective_history: Vec::new(),
             markers: Vec::new(),
             version: 0,
+            retention_days: req.retention_days.map(retention).transpose()?,
         };
         self.inner.store.insert_room(&room).await?;
         Ok(room)
@@ -536,8 +561,11 @@ impl Macp {
     /// [`Self::steer_room`] once its texts are redacted.
     async fn steer_room_redacted(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
         let l = &self.inner.limits;
-        if !req.reopen && req.objective.is_none() && req.marker.is_none() {
-            return Err(Error::invalid("objective", "give at least one of objective, marker or reopen"));
+        if !req.reopen && req.objective.is_none() && req.marker.is_none() && req.retention_days.is_none() {
+            return Err(Error::invalid(
+                "objective",
+                "give at least one of objective, marker, reopen or retention_days",
+            ));
         }
         let objective = match &req.objective {
             Some(o) => Some(validate::required_text("objective", o, l.max_objective_bytes)?),
@@ -548,7 +576,10 @@ impl Macp {
             None => None,
         };
         let mut room = self.room(req.room_id).await?;
-        if room.status == RoomStatus::Closed && !req.reopen {
+        // A closed room's retention may change (a hold on its record); nothing else without
+        // reopening it.
+        let only_retention = req.objective.is_none() && req.marker.is_none();
+        if room.status == RoomStatus::Closed && !req.reopen && !only_retention {
             return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
         }
         // Refused before anything is applied, so a call asking for several changes does not
@@ -596,6 +627,22 @@ impl Macp {
                     room.objective_history
                         .push(ObjectiveChange { objective: old, replaced_by: author.clone() });
                     Ok(Some(author.event(EventKind::ObjectiveChanged, &objective)))
+                })
+                .await?;
+        }
+        if let Some(days) = req.retention_days.map(retention).transpose()? {
+            // Closed rooms too: holding a closed room's record longer (or for good) is the point.
+            room = self
+                .update_room(req.room_id, |room| {
+                    if room.retention_days == Some(days) {
+                        return Ok(None);
+                    }
+                    room.retention_days = Some(days);
+                    let what = match days {
+                        0 => "kept for good once closed".to_owned(),
+                        d => format!("kept {d} days once closed, then purged"),
+                    };
+                    Ok(Some(author.event(EventKind::RetentionSet, &what)))
                 })
                 .await?;
         }

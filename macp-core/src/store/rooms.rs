@@ -35,6 +35,17 @@ pub trait RoomStore: Send + Sync {
     /// reads again and retries); `not_found` if the room does not exist.
     async fn update_room(&self, room: &Room, event: &Event) -> Result<bool>;
 
+    /// Purges the room: every record of it in every table (the room, agents, findings and their
+    /// tags, entities and their identifiers, relationships, artifact records, claims, decisions,
+    /// events, read positions, idempotency keys, and vectors if the store holds them).
+    ///
+    /// Contract: afterwards `get_room` answers `None` and no read finds anything of the room;
+    /// as for [`FindingStore::erase_finding`](crate::store::FindingStore::erase_finding), nothing
+    /// of it can be read back from the store's storage. Idempotent: purging a room that is
+    /// gone (or never was) succeeds. Need not be atomic: a purge cut short is finished by the
+    /// next one, so the room record goes last.
+    async fn purge_room(&self, room_id: RoomId) -> Result<()>;
+
     /// Lists rooms ordered by `(created_at, room_id)` descending, starting strictly after
     /// `after` when given, filtered by `status` when given, at most `limit`.
     async fn list_rooms(

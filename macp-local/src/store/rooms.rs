@@ -37,6 +37,8 @@ struct Record {
     objective_history: Vec<ObjectiveChange>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     markers: Vec<Marker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retention_days: Option<u32>,
 }
 
 fn record_of(room: &Room) -> String {
@@ -45,6 +47,7 @@ fn record_of(room: &Room) -> String {
         past_resolutions: room.past_resolutions.clone(),
         objective_history: room.objective_history.clone(),
         markers: room.markers.clone(),
+        retention_days: room.retention_days,
     })
 }
 
@@ -67,11 +70,54 @@ fn room_from_row(r: &Row<'_>) -> Result<Room> {
         objective_history: record.objective_history,
         markers: record.markers,
         version: r.get::<_, i64>(11).map_err(g)? as u64,
+        retention_days: record.retention_days,
     })
 }
 
+/// The tables holding a room's records, the room's own last.
+pub(crate) const PURGED_TABLES: &[&str] = &[
+    "finding_vectors",
+    "finding_tags",
+    "finding_entities",
+    "room_tags",
+    "findings",
+    "identifier_holders",
+    "relationships",
+    "entities",
+    "artifacts",
+    "idempotency",
+    "events",
+    "read_positions",
+    "claims",
+    "decisions",
+    "agent_sessions",
+    "rooms",
+];
+
 #[async_trait]
 impl RoomStore for SqliteStore {
+    async fn purge_room(&self, room_id: RoomId) -> Result<()> {
+        self.write(Sync::Durable, move |tx, fx| {
+            let room = room_id.to_string();
+            // Every table but `meta` (the store's own settings) is keyed by room; the room's
+            // row goes last (see the contract).
+            for table in PURGED_TABLES {
+                exec(tx, &format!("DELETE FROM {table} WHERE room_id = ?"), params![room])
+                    .map_err(sql_err)?;
+            }
+            fx.then(move |caches| {
+                lock(&caches.rooms).remove(&room_id);
+                lock(&caches.agents).retain(|(r, _), _| *r != room_id);
+                caches.keywords.forget(room_id);
+                caches.vectors.forget(room_id);
+            });
+            Ok(())
+        })
+        .await?;
+        // The deleted rows are zeroed in the pages written; older images leave with the WAL.
+        self.scrub().await
+    }
+
     async fn insert_room(&self, room: &Room) -> Result<()> {
         let room = room.clone();
         self.write(Sync::Durable, move |c, fx| {
