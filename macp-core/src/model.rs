@@ -65,7 +65,7 @@ wire_enum!(
     /// Who sees what in a room. Only `full` exists in phase 1: every member sees every finding.
     /// The field is reserved so other modes can be added without a schema change. Visibility is
     /// a coordination mechanism, never access control.
-    #[cfg_attr(feature = "schemars", schemars(description = "Who sees what: only `full` (every member sees every finding)."))]
+    #[cfg_attr(feature = "schemars", schemars(description = "Only `full` exists."))]
     VisibilityMode {
         /// Every member sees every finding.
         Full = "full"
@@ -104,6 +104,7 @@ wire_enum!(
 wire_enum!(
     /// Where the finding is in the write protocol: committed first as `pending`, then embedded
     /// and indexed for semantic search, then `indexed`.
+    #[cfg_attr(feature = "schemars", schemars(description = "`pending` until embedded and indexed, then `indexed`."))]
     IndexStatus {
         /// Stored, findable by its words, not yet in the vector index.
         Pending = "pending",
@@ -204,9 +205,19 @@ pub struct Room {
     )]
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub retention_days: Option<u32>,
+    /// The people who may see the room, when it is restricted to them; empty: everyone in the
+    /// organisation (the default). To anyone else a restricted room does not exist.
+    #[cfg_attr(feature = "schemars", schemars(description = "Only these people see it (empty: everyone)."))]
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub members: Vec<UserId>,
 }
 
 impl Room {
+    /// Whether `user` may see the room: anyone, unless it is restricted to its members.
+    pub fn admits(&self, user: &UserId) -> bool {
+        self.members.is_empty() || self.members.contains(user)
+    }
+
     /// The current phase: the latest marker.
     pub fn phase(&self) -> Option<&Marker> {
         self.markers.last()
@@ -228,6 +239,7 @@ pub struct Author {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<AgentId>,
     /// `person` (on the command line or a web view) or `agent` (through MCP).
+    #[cfg_attr(feature = "schemars", schemars(description = "`person`, `web` or `agent`."))]
     pub channel: Channel,
     /// When.
     pub at: Timestamp,
@@ -333,6 +345,7 @@ impl Unread {
 /// A typed, free-form pointer to proof. Artifact linkage is not enforced, by design.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schemars", schemars(description = "A typed pointer to proof."))]
 pub struct Evidence {
     /// What kind of proof.
     pub kind: EvidenceKind,
@@ -477,6 +490,10 @@ impl Finding {
 /// identifier are the same entity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schemars",
+    schemars(description = "A typed identifier; entities sharing one are the same entity.")
+)]
 pub struct Identifier {
     /// Identifier type, normalised to lowercase `[a-z0-9_]` (`hostname`, `arn`, `ad_guid`).
     #[serde(rename = "type")]
@@ -644,6 +661,8 @@ wire_enum!(
         RelationshipAdded = "relationship_added",
         /// How long the room is kept once closed was set (the summary says).
         RetentionSet = "retention_set",
+        /// People were added to or removed from a members-only room (the summary says who).
+        MembersChanged = "members_changed",
         /// An artifact was registered (`artifact_id`).
         ArtifactRegistered = "artifact_registered",
         /// The room was closed (the summary carries the resolution's first line, if any).

@@ -734,7 +734,12 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         let Opened { macp, local_store, .. } = open(&cfg, Use::Serve { public: None }).await?;
         warm_up(local_store);
         let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
-        let purger = start_purger(macp.clone());
+        // Locally, stdio opens no artifact storage, and a purge must take the room's files too:
+        // the HTTP server (or an AWS one) purges.
+        let purger = match cfg.backend {
+            BackendKind::Local => None,
+            _ => Some(start_purger(macp.clone())),
+        };
         tracing::info!(user = %local.user_id, backend = ?cfg.backend, data_dir = %cfg.data_dir.display(), "serving MCP over stdio for one local user");
         let running = MacpMcp::new(macp, Some(local))
             .serve(rmcp::transport::stdio())
@@ -742,7 +747,9 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             .map_err(|e| e.to_string())?;
         running.waiting().await.map_err(|e| e.to_string())?;
         drop(reconciler);
-        purger.abort();
+        if let Some(p) = purger {
+            p.abort();
+        }
         return Ok(());
     }
 

@@ -274,6 +274,7 @@ macro_rules! conformance_tests {
             an_erased_finding_leaves_only_a_notice,
             an_expired_room_is_purged_everywhere,
             a_room_is_kept_while_open_reopened_or_held,
+            a_members_only_room_does_not_exist_for_others,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -448,6 +449,7 @@ mod tests {
             include_str!("cases/redaction.rs"),
             include_str!("cases/erasure.rs"),
             include_str!("cases/retention.rs"),
+            include_str!("cases/members.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

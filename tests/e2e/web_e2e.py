@@ -335,6 +335,20 @@ def run_auth_on(macp: str) -> dict:
             r = httpx2.post(f"{base}/api/rooms/{room}/erase", json={"finding_id": any_finding["finding_id"], "reason": "x"},
                             headers={"Authorization": f"Bearer {token}", "X-MACP-Web": "1"})
             expect(r.status_code == 403 and r.json()["error"]["code"] == "permission_denied", f"erase with a token: {r.status_code} {r.text}")
+            # A members-only room does not exist for someone else, in the web API as anywhere.
+            async def private_room() -> str:
+                http, c = await session(url, token)
+                async with http, c:
+                    return (await call(c, "create_room", {"objective": "payroll exposure", "members": ["ana"]}))["room_id"]
+            hidden = asyncio.run(private_room())
+            bob = {"Authorization": f"Bearer {iss.access_token('bob', ttl=900)}"}
+            listed = [x["room"]["room_id"] for x in httpx2.get(f"{base}/api/rooms", headers=bob).json()]
+            expect(hidden not in listed and room in listed, f"bob's room list: {listed}")
+            for path in ["summary", "context", "timeline", "feed", "graph", "decisions", "artifacts"]:
+                r = httpx2.get(f"{base}/api/rooms/{hidden}/{path}", headers=bob)
+                expect(r.status_code == 404, f"bob reads {path} of a members-only room: {r.status_code}")
+            r = httpx2.get(f"{base}/api/rooms/{hidden}/summary", headers={"Authorization": f"Bearer {token}"})
+            expect(r.status_code == 200, f"ana, a member, reads it: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Cookie": "macp_session=made-up"})
             expect(r.status_code == 401, f"a made-up session: {r.status_code}")
 

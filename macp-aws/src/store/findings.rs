@@ -345,6 +345,11 @@ impl FindingStore for AwsBackend {
             self.get_item(&self.names.rooms, room_key, "GetItem"),
             self.list_findings(room_id, &after),
         )?;
+        if room.as_ref().is_none_or(|r| !r.contains_key("doc")) {
+            // Purged (by any server), or never was: nothing of it stays in memory.
+            self.keywords.lock().unwrap_or_else(|p| p.into_inner()).remove(&room_id);
+            return Ok(Some(KeywordSearch::default()));
+        }
         let erasures = room.as_ref().and_then(|r| opt_n(r, "erasures")).unwrap_or(0) as u64;
         let (seen, mut index, fresh) = if erasures == built_at {
             (seen, index, fresh)

@@ -79,6 +79,54 @@ impl AwsBackend {
         }
     }
 
+    /// Deletes the vectors of the room's findings from every index of the vector bucket.
+    async fn delete_room_vectors(&self, room: RoomId) -> Result<()> {
+        let mut ids = Vec::new();
+        let mut start = None;
+        loop {
+            let resp = self
+                .ddb
+                .query()
+                .table_name(&self.names.findings)
+                .key_condition_expression("room_id = :r")
+                .expression_attribute_values(":r", s(room.to_string()))
+                .projection_expression("finding_id")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| aws_err("dynamodb", "Query (purge)", e))?;
+            ids.extend(resp.items().iter().filter_map(|i| i.get("finding_id")?.as_s().ok().cloned()));
+            match resp.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let indexes = self
+            .s3v
+            .list_indexes()
+            .vector_bucket_name(&self.names.vector_bucket)
+            .send()
+            .await
+            .map_err(|e| aws_err("s3vectors", "ListIndexes (purge)", e))?;
+        for index in indexes.indexes() {
+            // DeleteVectors takes at most 500 keys; an id that is not a vector is ignored.
+            for chunk in ids.chunks(500) {
+                self.s3v
+                    .delete_vectors()
+                    .vector_bucket_name(&self.names.vector_bucket)
+                    .index_name(index.index_name())
+                    .set_keys(Some(chunk.to_vec()))
+                    .send()
+                    .await
+                    .map_err(|e| aws_err("s3vectors", "DeleteVectors (purge)", e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// One BatchWriteItem of deletes (at most 25), until nothing is left unprocessed.
     async fn batch_delete(&self, table: &str, keys: &[HashMap<String, AttributeValue>]) -> Result<()> {
         use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
@@ -129,6 +177,9 @@ impl RoomStore for AwsBackend {
             (&n.decisions, None, &["room_id", "decision_id"]),
             (&n.agents, None, &["room_id", "agent_id"]),
         ];
+        // The vectors first, whatever the serving process's embedder: keyed by finding id in
+        // every index of the vector bucket (an index per embedding model).
+        self.delete_room_vectors(room_id).await?;
         for (table, index, keys) in tables {
             self.delete_room_items(table, index, keys, room_id).await?;
         }

@@ -373,7 +373,7 @@ impl Macp {
     ) -> Result<UploadTicket> {
         self.redact(&mut req)?;
         let cfg = &self.inner.artifacts;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let blobs = self.blobs()?;
         check_filename(&req.filename)?;
@@ -425,7 +425,7 @@ impl Macp {
         let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         check_key(req.room_id, &req.key)?;
         let blobs = self.blobs()?;
@@ -538,9 +538,9 @@ impl Macp {
     }
 
     /// Lists a room's artifacts, optionally those linked to a finding or an entity.
-    pub async fn list_artifacts(&self, _who: &Principal, q: ListArtifacts) -> Result<ArtifactPage> {
+    pub async fn list_artifacts(&self, who: &Principal, q: ListArtifacts) -> Result<ArtifactPage> {
         let l = &self.inner.limits;
-        self.room(q.room_id).await?;
+        self.room(who, q.room_id).await?;
         let limit = validate::page_size("limit", q.limit, l.default_page, l.max_page)?;
         let aliases = self.aliases(q.room_id).await?;
         let entity_ids = match q.entity_id {

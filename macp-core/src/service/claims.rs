@@ -92,7 +92,7 @@ impl Macp {
     pub async fn claim_work(&self, who: &Principal, mut req: ClaimWork) -> Result<ClaimResult> {
         let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let subject = validate::required_text("subject", &req.subject, l.max_name_bytes)?;
         let key = Claim::key_of(&subject);
@@ -171,7 +171,7 @@ impl Macp {
         room_id: RoomId,
         subject: &str,
     ) -> Result<Claim> {
-        self.writable_room(room_id).await?;
+        self.writable_room(who, room_id).await?;
         // As claims are stored: through the redactor, so a subject that held a secret matches.
         let subject = self.inner.redactor.text(subject, "subject", &mut Default::default())?;
         let subject = validate::required_text("subject", &subject, self.inner.limits.max_name_bytes)?;
@@ -197,8 +197,8 @@ impl Macp {
     }
 
     /// The room's open claims, oldest first.
-    pub async fn list_claims(&self, _who: &Principal, room_id: RoomId) -> Result<Vec<Claim>> {
-        self.room(room_id).await?;
+    pub async fn list_claims(&self, who: &Principal, room_id: RoomId) -> Result<Vec<Claim>> {
+        self.room(who, room_id).await?;
         self.inner.store.list_claims(room_id, self.now()).await
     }
 }

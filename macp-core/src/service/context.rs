@@ -231,7 +231,7 @@ impl Macp {
             claims,
             open_decisions,
         ) = tokio::try_join!(
-            self.room(room_id),
+            self.room(who, room_id),
             self.aliases(room_id),
             store.finding_stats(room_id),
             store.list_findings(room_id, &latest_query),

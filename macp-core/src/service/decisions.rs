@@ -91,7 +91,7 @@ impl Macp {
     /// [`Self::ask_decision`] once its texts are redacted.
     async fn ask_decision_redacted(&self, who: &Principal, req: AskDecision) -> Result<Decision> {
         let l = &self.inner.limits;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let question = validate::required_text("question", &req.question, l.max_reason_bytes)?;
         if req.options.len() > MAX_DECISION_OPTIONS {
@@ -150,7 +150,7 @@ impl Macp {
         via: Channel,
     ) -> Result<Decision> {
         let l = &self.inner.limits;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let text = validate::required_text("answer", &req.answer, l.max_reason_bytes)?;
         let agent = if via.is_person() {
             None
@@ -203,11 +203,11 @@ impl Macp {
     /// The room's decisions, oldest first; only the open ones when `open_only`.
     pub async fn list_decisions(
         &self,
-        _who: &Principal,
+        who: &Principal,
         room_id: RoomId,
         open_only: bool,
     ) -> Result<Vec<Decision>> {
-        self.room(room_id).await?;
+        self.room(who, room_id).await?;
         self.decisions(room_id, open_only).await
     }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::Macp;
 use super::events::feed_cursor;
+use super::{Macp, Principal};
 use crate::error::{Error, Result};
 use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
 use crate::model::{Decision, Event, EventKind, Marker, VerdictKind};
@@ -145,11 +145,12 @@ impl Macp {
     /// The digest of a room since `since`, or since the marker `since_marker`.
     pub(crate) async fn room_digest(
         &self,
+        who: &Principal,
         room_id: RoomId,
         since: Option<Timestamp>,
         since_marker: Option<&str>,
     ) -> Result<RoomDigest> {
-        let room = self.room(room_id).await?;
+        let room = self.room(who, room_id).await?;
         // A marker's window holds the findings after its `after_seq`, as the timeline's
         // `after_marker` does, and the other changes from its time on.
         let (since, after_seq) = match (since, since_marker) {

@@ -312,7 +312,7 @@ impl Macp {
         let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let name = validate::required_text("name", &req.name, l.max_name_bytes)?;
         let identifiers = validate::identifiers(&req.identifiers, l)?;
@@ -536,7 +536,7 @@ impl Macp {
         let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
         let store = &self.inner.store;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let relationship_type =
             validate::snake_label("relationship_type", &req.relationship_type, l.max_label_bytes)?;
@@ -630,7 +630,7 @@ impl Macp {
     /// into an entity that was itself merged away targets its winner; merging two ids that
     /// already resolve to one entity is a no-op (`already_merged`).
     pub async fn merge_entities(&self, who: &Principal, req: MergeEntities) -> Result<MergeOutcome> {
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         self.require_entities(req.room_id, &[req.winner_entity_id], "winner_entity_id").await?;
         self.require_entities(req.room_id, &[req.loser_entity_id], "loser_entity_id").await?;
@@ -768,10 +768,10 @@ impl Macp {
 
     /// Entities and relationships of a room, or the neighbourhood of one entity. Every id is
     /// canonical; merged entities appear as `aliases` of their winner.
-    pub async fn entity_graph(&self, _who: &Principal, q: GraphQuery) -> Result<EntityGraph> {
+    pub async fn entity_graph(&self, who: &Principal, q: GraphQuery) -> Result<EntityGraph> {
         let l = &self.inner.limits;
         let store = &self.inner.store;
-        self.room(q.room_id).await?;
+        self.room(who, q.room_id).await?;
         let aliases = self.aliases(q.room_id).await?;
         let stats = store.entity_stats(q.room_id).await?;
         let start = match (q.entity_id, &q.identifier) {

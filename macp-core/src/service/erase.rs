@@ -95,7 +95,7 @@ impl Macp {
     /// found during the postmortem must still go.
     pub async fn erase(&self, who: &Principal, mut req: Erase) -> Result<Erased> {
         let redacted = self.redact(&mut req)?;
-        self.room(req.room_id).await?;
+        self.room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let by = Some(&session.agent_id);
         let mut out =
@@ -109,7 +109,7 @@ impl Macp {
     pub async fn erase_as_person(&self, who: &Principal, mut req: Erase) -> Result<Erased> {
         req.agent_id = None;
         let redacted = self.redact(&mut req)?;
-        self.room(req.room_id).await?;
+        self.room(who, req.room_id).await?;
         let mut out =
             self.erase_item(who, None, req.room_id, req.finding_id, req.artifact_id, &req.reason).await?;
         out.redacted = redacted;

@@ -277,13 +277,13 @@ impl Macp {
     /// `before` (exclusive), or the latest ones when `before` is `None`.
     pub async fn feed_page(
         &self,
-        _who: &Principal,
+        who: &Principal,
         room_id: RoomId,
         before: Option<u64>,
         limit: Option<usize>,
     ) -> Result<FeedPage> {
         let limit = validate::page_size("limit", limit, 100, MAX_FEED_PAGE)?;
-        self.room(room_id).await?;
+        self.room(who, room_id).await?;
         let store = &self.inner.store;
         let head = store.last_event_seq(room_id).await?;
         let end = before.map_or(head, |b| b.saturating_sub(1).min(head));
@@ -312,7 +312,7 @@ impl Macp {
     /// agent's read position moves to `cursor` first.
     pub async fn updates(&self, who: &Principal, q: UpdatesQuery) -> Result<Updates> {
         let l = &self.inner.limits;
-        self.room(q.room_id).await?;
+        self.room(who, q.room_id).await?;
         let limit = validate::page_size("limit", q.limit, l.default_updates_page, l.max_updates_page)?;
         let wait = match q.wait_seconds {
             Some(s) if s > l.max_wait_seconds => {

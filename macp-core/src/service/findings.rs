@@ -274,7 +274,7 @@ impl Macp {
     pub async fn post_finding(&self, who: &Principal, mut req: PostFinding) -> Result<PostedFinding> {
         let redacted = self.redact(&mut req)?;
         let l = &self.inner.limits;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let content = validate::required_text("content", &req.content, l.max_content_bytes)?;
         let tags = validate::tags("tags", &req.tags, l)?;
@@ -558,9 +558,9 @@ impl Macp {
     }
 
     /// Chronological findings of a room, filtered by tags (any of), agent and time range.
-    pub async fn timeline(&self, _who: &Principal, q: TimelineQuery) -> Result<FindingPage> {
+    pub async fn timeline(&self, who: &Principal, q: TimelineQuery) -> Result<FindingPage> {
         let l = &self.inner.limits;
-        let room = self.room(q.room_id).await?;
+        let room = self.room(who, q.room_id).await?;
         let limit = validate::page_size("limit", q.limit, l.default_page, l.max_page)?;
         let tags = if q.tags.is_empty() { Vec::new() } else { validate::tags("tags", &q.tags, l)? };
         if let (Some(s), Some(u)) = (q.since, q.until)

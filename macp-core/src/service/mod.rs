@@ -324,16 +324,17 @@ impl Macp {
         self.inner.clock.now()
     }
 
-    /// The room, or `not_found` with advice.
-    async fn room(&self, room_id: RoomId) -> Result<Room> {
-        self.inner.store.get_room(room_id).await?.ok_or_else(|| {
+    /// The room, if `who` may see it; otherwise `not_found` with advice, as if it did not exist
+    /// (a members-only room leaks nothing to others, not even that it exists).
+    async fn room(&self, who: &Principal, room_id: RoomId) -> Result<Room> {
+        self.inner.store.get_room(room_id).await?.filter(|r| r.admits(&who.user_id)).ok_or_else(|| {
             Error::not_found_hint("room", room_id, "check the room_id, or call list_rooms to see rooms")
         })
     }
 
-    /// The room, which must be active (writes).
-    async fn writable_room(&self, room_id: RoomId) -> Result<Room> {
-        let room = self.room(room_id).await?;
+    /// The room, which `who` may see and which must be active (writes).
+    async fn writable_room(&self, who: &Principal, room_id: RoomId) -> Result<Room> {
+        let room = self.room(who, room_id).await?;
         if room.status == RoomStatus::Closed {
             return Err(Error::RoomClosed { room_id: room_id.to_string() });
         }

@@ -21,6 +21,8 @@ pub struct PurgeReport {
     pub findings: u64,
     /// Artifact objects deleted.
     pub objects: u64,
+    /// Rooms whose purge failed, with why: tried again on the next run.
+    pub failed: Vec<(RoomId, String)>,
 }
 
 const MS_PER_DAY: i64 = 24 * 60 * 60 * 1000;
@@ -50,11 +52,22 @@ impl Macp {
             after = Some(RoomKey { created_at: last.created_at, room_id: last.room_id });
             let done = page.len() < 200;
             for room in page {
-                if self.expires_at(&room).is_some_and(|t| t <= now) {
-                    let (findings, objects) = self.purge_room(room.room_id).await?;
-                    report.rooms.push(room.room_id);
-                    report.findings += findings;
-                    report.objects += objects;
+                if self.expires_at(&room).is_none_or(|t| t > now) {
+                    continue;
+                }
+                // Read again just before: a hold or a reopen placed since the listing wins.
+                let fresh = self.inner.store.get_room(room.room_id).await?;
+                if fresh.is_none_or(|r| self.expires_at(&r).is_none_or(|t| t > now)) {
+                    continue;
+                }
+                // One room's failure does not keep the others.
+                match self.purge_room(room.room_id).await {
+                    Ok((findings, objects)) => {
+                        report.rooms.push(room.room_id);
+                        report.findings += findings;
+                        report.objects += objects;
+                    }
+                    Err(e) => report.failed.push((room.room_id, e.to_string())),
                 }
             }
             if done {

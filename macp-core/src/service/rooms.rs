@@ -9,7 +9,7 @@ use super::digest::{RoomDigest, SummaryQuery};
 use super::{Macp, Principal};
 use crate::cursor;
 use crate::error::{Error, Result};
-use crate::ids::{AgentId, FindingId, RoomId, Timestamp};
+use crate::ids::{AgentId, FindingId, RoomId, Timestamp, UserId};
 use crate::model::{
     AgentSession, AgentStatus, Author, Channel, Event, EventKind, Marker, ObjectiveChange, Resolution, Room,
     RoomStatus, VisibilityMode,
@@ -36,6 +36,9 @@ pub struct CreateRoom {
     /// Days to keep it once closed, then purge it (0: for good).
     #[serde(default)]
     pub retention_days: Option<u32>,
+    /// Only these people (user ids) may see it; you are one. Default: everyone.
+    #[serde(default)]
+    pub members: Vec<String>,
 }
 
 impl CreateRoom {
@@ -94,6 +97,22 @@ impl JoinRoom {
 
 /// How often a room's objective may change (its history is kept in the room record).
 pub const MAX_OBJECTIVE_CHANGES: usize = 20;
+
+/// The most people a members-only room names.
+pub const MAX_MEMBERS: usize = 200;
+
+/// People named as members: valid user ids, sorted, each once.
+fn members(field: &str, names: &[String]) -> Result<Vec<UserId>> {
+    let mut out = names
+        .iter()
+        .map(|n| {
+            UserId::new(n.trim()).map_err(|e| Error::invalid(field, format!("`{n}` is not a user id: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
 
 /// The longest retention a room can be given: ten years.
 pub const MAX_RETENTION_DAYS: u32 = 3650;
@@ -190,6 +209,12 @@ pub struct SteerRoom {
     /// Days to keep the room once closed (0: for good).
     #[serde(default)]
     pub retention_days: Option<u32>,
+    /// People to add to a members-only room (or to make an open room members-only, with you).
+    #[serde(default)]
+    pub add_members: Vec<String>,
+    /// People to remove from a members-only room.
+    #[serde(default)]
+    pub remove_members: Vec<String>,
     /// Which of your agents acts; defaults to the one you joined with.
     #[serde(default)]
     pub agent_id: Option<AgentId>,
@@ -198,7 +223,16 @@ pub struct SteerRoom {
 impl SteerRoom {
     /// Nothing yet: set a field.
     pub fn new(room_id: RoomId) -> Self {
-        Self { room_id, objective: None, marker: None, reopen: false, retention_days: None, agent_id: None }
+        Self {
+            room_id,
+            objective: None,
+            marker: None,
+            reopen: false,
+            retention_days: None,
+            add_members: Vec::new(),
+            remove_members: Vec::new(),
+            agent_id: None,
+        }
     }
 }
 
@@ -410,6 +444,17 @@ impl Macp {
             markers: Vec::new(),
             version: 0,
             retention_days: req.retention_days.map(retention).transpose()?,
+            members: {
+                let mut m = members("members", &req.members)?;
+                if !m.is_empty() && !m.contains(&who.user_id) {
+                    m.push(who.user_id.clone());
+                    m.sort();
+                }
+                if m.len() > MAX_MEMBERS {
+                    return Err(Error::too_many("members", MAX_MEMBERS, m.len()));
+                }
+                m
+            },
         };
         self.inner.store.insert_room(&room).await?;
         Ok(room)
@@ -427,7 +472,7 @@ impl Macp {
 
     async fn join(&self, who: &Principal, req: JoinRoom) -> Result<AgentSession> {
         let l = &self.inner.limits;
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let agent_type = validate::optional_text("agent_type", req.agent_type.as_deref(), l.max_label_bytes)?;
         let agent_id = req.agent_id.unwrap_or_else(AgentId::generate);
         let store = &self.inner.store;
@@ -521,7 +566,7 @@ impl Macp {
             }
             _ => self.author(who, req.room_id, req.agent_id.as_ref(), via).await?,
         };
-        self.update_room(req.room_id, |room| {
+        self.update_room(who, req.room_id, |room| {
             if room.status == RoomStatus::Closed {
                 return Ok(None);
             }
@@ -561,10 +606,20 @@ impl Macp {
     /// [`Self::steer_room`] once its texts are redacted.
     async fn steer_room_redacted(&self, who: &Principal, req: SteerRoom, via: Channel) -> Result<Room> {
         let l = &self.inner.limits;
-        if !req.reopen && req.objective.is_none() && req.marker.is_none() && req.retention_days.is_none() {
+        // Every argument is checked before anything is applied.
+        let (add, remove) =
+            (members("add_members", &req.add_members)?, members("remove_members", &req.remove_members)?);
+        let retention_days = req.retention_days.map(retention).transpose()?;
+        if !req.reopen
+            && req.objective.is_none()
+            && req.marker.is_none()
+            && req.retention_days.is_none()
+            && add.is_empty()
+            && remove.is_empty()
+        {
             return Err(Error::invalid(
                 "objective",
-                "give at least one of objective, marker, reopen or retention_days",
+                "give at least one of objective, marker, reopen, retention_days, add_members or remove_members",
             ));
         }
         let objective = match &req.objective {
@@ -575,9 +630,9 @@ impl Macp {
             Some(m) => Some(self.marker_label(m)?),
             None => None,
         };
-        let mut room = self.room(req.room_id).await?;
-        // A closed room's retention may change (a hold on its record); nothing else without
-        // reopening it.
+        let mut room = self.room(who, req.room_id).await?;
+        // A closed room's retention and members may change (a hold on its record, who may read
+        // it); nothing else without reopening it.
         let only_retention = req.objective.is_none() && req.marker.is_none();
         if room.status == RoomStatus::Closed && !req.reopen && !only_retention {
             return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
@@ -595,7 +650,7 @@ impl Macp {
         let author = self.author(who, req.room_id, req.agent_id.as_ref(), via).await?;
         if req.reopen {
             room = self
-                .update_room(req.room_id, |room| {
+                .update_room(who, req.room_id, |room| {
                     if room.status == RoomStatus::Active {
                         return Ok(None);
                     }
@@ -613,7 +668,7 @@ impl Macp {
         if let Some(objective) = objective {
             let max = MAX_OBJECTIVE_CHANGES;
             room = self
-                .update_room(req.room_id, |room| {
+                .update_room(who, req.room_id, |room| {
                     if room.status == RoomStatus::Closed {
                         return Err(Error::RoomClosed { room_id: room.room_id.to_string() });
                     }
@@ -630,10 +685,47 @@ impl Macp {
                 })
                 .await?;
         }
-        if let Some(days) = req.retention_days.map(retention).transpose()? {
+        if !add.is_empty() || !remove.is_empty() {
+            // Closed rooms too, like retention: who may read a record is the record's business.
+            room = self
+                .update_room(who, req.room_id, |room| {
+                    let mut next = room.members.clone();
+                    if !add.is_empty() && next.is_empty() {
+                        // An open room becomes members-only: its first member is who did it.
+                        next.push(author.user_id.clone());
+                    }
+                    next.extend(add.iter().cloned());
+                    next.retain(|m| !remove.contains(m));
+                    next.sort();
+                    next.dedup();
+                    if next.is_empty() && !room.members.is_empty() {
+                        return Err(Error::invalid(
+                            "remove_members",
+                            "a members-only room keeps at least one member: add someone before removing the last",
+                        ));
+                    }
+                    if next.len() > MAX_MEMBERS {
+                        return Err(Error::too_many("members", MAX_MEMBERS, next.len()));
+                    }
+                    if next == room.members {
+                        return Ok(None);
+                    }
+                    let added: Vec<&str> = next.iter().filter(|m| !room.members.contains(m)).map(|m| m.as_str()).collect();
+                    let gone: Vec<&str> = room.members.iter().filter(|m| !next.contains(m)).map(|m| m.as_str()).collect();
+                    let what = match (added.is_empty(), gone.is_empty()) {
+                        (false, true) => format!("members added: {}", added.join(", ")),
+                        (true, false) => format!("members removed: {}", gone.join(", ")),
+                        _ => format!("members added: {}; removed: {}", added.join(", "), gone.join(", ")),
+                    };
+                    room.members = next;
+                    Ok(Some(author.event(EventKind::MembersChanged, &what)))
+                })
+                .await?;
+        }
+        if let Some(days) = retention_days {
             // Closed rooms too: holding a closed room's record longer (or for good) is the point.
             room = self
-                .update_room(req.room_id, |room| {
+                .update_room(who, req.room_id, |room| {
                     if room.retention_days == Some(days) {
                         return Ok(None);
                     }
@@ -650,7 +742,7 @@ impl Macp {
             let after_seq = self.inner.store.finding_stats(req.room_id).await?.last_seq;
             let max = l.max_markers;
             room = self
-                .update_room(req.room_id, |room| {
+                .update_room(who, req.room_id, |room| {
                     if room.status == RoomStatus::Closed {
                         return Err(Error::RoomClosed { room_id: room.room_id.to_string() });
                     }
@@ -727,11 +819,12 @@ impl Macp {
     /// fresh copy and returns the event to record, or `None` when there is nothing to change.
     async fn update_room(
         &self,
+        who: &Principal,
         room_id: RoomId,
         change: impl Fn(&mut Room) -> Result<Option<Event>>,
     ) -> Result<Room> {
         for _ in 0..ROOM_UPDATE_ATTEMPTS {
-            let current = self.room(room_id).await?;
+            let current = self.room(who, room_id).await?;
             let mut next = current.clone();
             let Some(event) = change(&mut next)? else { return Ok(current) };
             next.version = current.version + 1;
@@ -749,7 +842,7 @@ impl Macp {
     }
 
     /// Lists rooms, newest first, optionally filtered by status.
-    pub async fn list_rooms(&self, _who: &Principal, req: ListRooms) -> Result<RoomPage> {
+    pub async fn list_rooms(&self, who: &Principal, req: ListRooms) -> Result<RoomPage> {
         let l = &self.inner.limits;
         let limit = validate::page_size("limit", req.limit, l.default_page, l.max_page)?;
         let status = req.status.status();
@@ -766,7 +859,19 @@ impl Macp {
                 Some(RoomKey { created_at: Timestamp::from_millis(created_at), room_id: p[1].parse()? })
             }
         };
-        let mut rooms = self.inner.store.list_rooms(status, after, limit + 1).await?;
+        // Members-only rooms of which `who` is not a member are left out, as if absent: pages
+        // are read until enough rooms `who` may see are found or the rooms run out.
+        let mut rooms = Vec::with_capacity(limit + 1);
+        let mut from = after;
+        loop {
+            let page = self.inner.store.list_rooms(status, from, limit + 1).await?;
+            let exhausted = page.len() <= limit;
+            from = page.last().map(|r| RoomKey { created_at: r.created_at, room_id: r.room_id });
+            rooms.extend(page.into_iter().filter(|r| r.admits(&who.user_id)));
+            if exhausted || rooms.len() > limit {
+                break;
+            }
+        }
         let next_cursor = if rooms.len() > limit {
             rooms.truncate(limit);
             rooms.last().map(|r| {
@@ -779,23 +884,23 @@ impl Macp {
     }
 
     /// Every agent of a room, in join order.
-    pub async fn list_agents(&self, _who: &Principal, room_id: RoomId) -> Result<Vec<AgentSession>> {
-        self.room(room_id).await?;
+    pub async fn list_agents(&self, who: &Principal, room_id: RoomId) -> Result<Vec<AgentSession>> {
+        self.room(who, room_id).await?;
         self.inner.store.list_agents(room_id).await
     }
 
     /// Aggregated status of a room: agents by declared status, counts, latest activity.
-    pub async fn room_summary(&self, _who: &Principal, q: impl Into<SummaryQuery>) -> Result<RoomSummary> {
+    pub async fn room_summary(&self, who: &Principal, q: impl Into<SummaryQuery>) -> Result<RoomSummary> {
         let q = q.into();
         let room_id = q.room_id;
         let digest = match (q.since, &q.since_marker) {
             (None, None) => None,
-            (since, marker) => Some(self.room_digest(room_id, since, marker.as_deref()).await?),
+            (since, marker) => Some(self.room_digest(who, room_id, since, marker.as_deref()).await?),
         };
         let store = &self.inner.store;
         // Independent reads, at once (each is a round trip on a networked store).
         let (room, agents, findings, entities, artifact_count, open_decisions) = tokio::try_join!(
-            self.room(room_id),
+            self.room(who, room_id),
             store.list_agents(room_id),
             store.finding_stats(room_id),
             store.entity_stats(room_id),
@@ -835,7 +940,7 @@ impl Macp {
 
     /// [`Self::declare_status`] once its texts are redacted.
     async fn declare_status_redacted(&self, who: &Principal, req: DeclareStatus) -> Result<AgentSession> {
-        self.writable_room(req.room_id).await?;
+        self.writable_room(who, req.room_id).await?;
         let session = self.agent_session(who, req.room_id, req.agent_id.as_ref()).await?;
         let reason =
             validate::optional_text("reason", req.reason.as_deref(), self.inner.limits.max_reason_bytes)?;

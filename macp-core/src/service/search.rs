@@ -430,9 +430,9 @@ impl Macp {
     }
 
     /// Finds findings by meaning and by words, fused, hydrated from the store, within one room.
-    pub async fn search_findings(&self, _who: &Principal, q: SearchFindings) -> Result<SearchResults> {
+    pub async fn search_findings(&self, who: &Principal, q: SearchFindings) -> Result<SearchResults> {
         let l = &self.inner.limits;
-        self.room(q.room_id).await?;
+        self.room(who, q.room_id).await?;
         let cfg = &self.inner.search_config;
         let query = validate::required_text("query", &q.query, cfg.max_query_bytes)?;
         let limit = validate::page_size("limit", q.limit, cfg.default_results, cfg.max_results)?;
@@ -456,14 +456,14 @@ impl Macp {
             let results = self.search_room(q.room_id, &query, vector.as_deref(), limit, &tags, agent).await?;
             return Ok(SearchResults { results, semantic, rooms_searched: None, rooms_not_searched: None });
         }
-        // Every room the caller may see (all of them while visibility is `full`), newest first.
+        // Every room the caller may see (members-only rooms only to their members), newest first.
         let mut rooms = Vec::new();
         let mut after = None;
         loop {
             let page = self.inner.store.list_rooms(None, after, l.max_page).await?;
             let last = page.last().map(|r| RoomKey { created_at: r.created_at, room_id: r.room_id });
             let more = page.len() == l.max_page;
-            rooms.extend(page);
+            rooms.extend(page.into_iter().filter(|r| r.admits(&who.user_id)));
             match last {
                 Some(k) if more => after = Some(k),
                 _ => break,

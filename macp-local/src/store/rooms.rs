@@ -39,6 +39,8 @@ struct Record {
     markers: Vec<Marker>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retention_days: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    members: Vec<UserId>,
 }
 
 fn record_of(room: &Room) -> String {
@@ -48,6 +50,7 @@ fn record_of(room: &Room) -> String {
         objective_history: room.objective_history.clone(),
         markers: room.markers.clone(),
         retention_days: room.retention_days,
+        members: room.members.clone(),
     })
 }
 
@@ -71,6 +74,7 @@ fn room_from_row(r: &Row<'_>) -> Result<Room> {
         markers: record.markers,
         version: r.get::<_, i64>(11).map_err(g)? as u64,
         retention_days: record.retention_days,
+        members: record.members,
     })
 }
 

@@ -39,6 +39,7 @@ async fn fill(
     backend: &Backend,
     who: &Principal,
     retention_days: Option<u32>,
+    word: &str,
 ) -> (RoomId, Option<String>) {
     let room = m
         .create_room(
@@ -69,10 +70,14 @@ async fn fill(
     let first = m
         .post_finding(
             who,
-            PostFinding::new(room, a.clone(), "orders-db-1 refuses connections at max_connections=500")
-                .tags(["triage"])
-                .entity_refs([db])
-                .idempotency_key("ret-1"),
+            PostFinding::new(
+                room,
+                a.clone(),
+                format!("orders-db-1 refuses connections at max_connections=500 ({word})"),
+            )
+            .tags(["triage"])
+            .entity_refs([db])
+            .idempotency_key("ret-1"),
         )
         .await
         .unwrap()
@@ -155,8 +160,14 @@ pub async fn an_expired_room_is_purged_everywhere(backend: Backend) {
     let clock = Arc::new(ManualClock::new());
     let m = service(&backend, clock.clone(), 0);
     let who = principal("ret@example.com");
-    let (room, key) = fill(&m, &backend, &who, Some(2)).await;
-    let (kept, _) = fill(&m, &backend, &who, None).await;
+    let (room, key) = fill(&m, &backend, &who, Some(2), "quokkapurged41").await;
+    let (kept, _) = fill(&m, &backend, &who, None, "wombatkept41").await;
+    // Searched before the purge, so that the indexes in memory hold the room.
+    let hits = m
+        .search_findings(&who, macp_core::service::SearchFindings::new(room, "quokkapurged41"))
+        .await
+        .unwrap();
+    assert!(hits.results.iter().any(|h| h.finding.content.contains("quokkapurged41")));
     m.close_room(&who, CloseRoom::new(room), Channel::Person).await.unwrap();
     m.close_room(&who, CloseRoom::new(kept), Channel::Person).await.unwrap();
     let closed = m.room_summary(&who, room).await.unwrap();
@@ -181,8 +192,8 @@ pub async fn an_expired_room_is_purged_everywhere(backend: Backend) {
     assert!(s.list_decisions(room, false).await.unwrap().is_empty());
     let id = Identifier { id_type: "hostname".into(), value: "orders-db-1".into() };
     assert!(s.find_identifiers(room, &[id]).await.unwrap().is_empty(), "the identifier is still claimed");
-    if let Some(hits) = s.keyword_search(room, "connections", 10).await.unwrap() {
-        assert!(hits.hits.is_empty());
+    if let Some(hits) = s.keyword_search(room, "quokkapurged41", 10).await.unwrap() {
+        assert!(hits.hits.is_empty(), "the keyword index still holds the purged room");
     }
     if let Some(index) = &backend.vector_index {
         assert_eq!(index.count(room).await.unwrap(), 0, "vectors left");
@@ -191,9 +202,17 @@ pub async fn an_expired_room_is_purged_everywhere(backend: Backend) {
         assert!(blobs.head(key).await.unwrap().is_none(), "the artifact's file is left");
     }
     if let Some(scan) = &backend.leftovers {
-        let left = scan.find(&room.to_string()).await;
-        assert!(left.is_empty(), "the purged room is still in the backend's storage: {left:?}");
-        assert!(!scan.find(&kept.to_string()).await.is_empty(), "the scan sees a room that is there");
+        for needle in [room.to_string(), "quokkapurged41".into()] {
+            let left = scan.find(&needle).await;
+            assert!(
+                left.is_empty(),
+                "the purged room's `{needle}` is still in the backend's storage: {left:?}"
+            );
+        }
+        // The scan sees what is there: the kept room's id and its findings' text.
+        for needle in [kept.to_string(), "wombatkept41".into()] {
+            assert!(!scan.find(&needle).await.is_empty(), "the scan misses `{needle}`, which is stored");
+        }
     }
     // The other room is whole, and purging again finds nothing more.
     let other = m.room_summary(&who, kept).await.unwrap();
