@@ -6,7 +6,7 @@
 
 use std::future::Future;
 
-use macp_core::{Macp, RoomId};
+use macp_core::{Error, Macp, Principal, RoomId};
 
 /// The URI template of a room resource.
 pub const ROOM_URI_TEMPLATE: &str = "macp://rooms/{room_id}";
@@ -24,20 +24,25 @@ pub fn room_of(uri: &str) -> Option<RoomId> {
 }
 
 /// Calls `send` once per change committed to `room` from now on, in feed order, until `send`
-/// reports that the subscriber is gone (returns `false`). Changes that commit while a
-/// notification is being sent are sent after it: none is dropped, none is sent twice.
-pub async fn forward<F, Fut>(macp: Macp, room: RoomId, mut send: F)
+/// reports that the subscriber is gone (returns `false`), or `who` may no longer see the room
+/// (removed from its members, or the room purged). Changes that commit while a notification is
+/// being sent are sent after it: none is dropped, none is sent twice.
+pub async fn forward<F, Fut>(macp: Macp, who: Principal, room: RoomId, mut send: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     // Watch first, then read where the feed is: a change between the two is seen by the watch.
     let mut watch = macp.watch(room);
-    let Ok(mut sent) = macp.last_event_seq(room).await else { return };
+    let Ok(mut sent) = macp.last_event_seq(&who, room).await else { return };
     loop {
         watch.changed().await;
-        // A failed read is retried at the next change.
-        let Ok(head) = macp.last_event_seq(room).await else { continue };
+        let head = match macp.last_event_seq(&who, room).await {
+            Ok(h) => h,
+            Err(Error::NotFound { .. }) => return,
+            // A failed read is retried at the next change.
+            Err(_) => continue,
+        };
         while sent < head {
             if !send().await {
                 return;

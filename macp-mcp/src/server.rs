@@ -691,9 +691,10 @@ impl ServerHandler for MacpMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let room = self.subscribable(&request.uri, &ctx).await?;
+        let who = self.who(&ctx).map_err(|_| McpError::invalid_request("not authenticated", None))?;
         let peer = ctx.peer.clone();
         let uri = request.uri.clone();
-        let task = tokio::spawn(push::forward(self.macp.clone(), room, move || {
+        let task = tokio::spawn(push::forward(self.macp.clone(), who, room, move || {
             let (peer, uri) = (peer.clone(), uri.clone());
             async move { peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.is_ok() }
         }));
@@ -738,13 +739,16 @@ impl ServerHandler for MacpMcp {
 
     /// Forwards every change of each accepted room until the client closes the stream.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        self.auth(context.request_context())
+        let who = self
+            .who(context.request_context())
             .map_err(|_| McpError::invalid_request("no authenticated identity on this subscription", None))?;
         let mut tasks = Vec::new();
         for uri in context.accepted().resource_subscriptions.iter().flatten() {
-            let Some(room) = push::room_of(uri) else { continue };
+            // A room the caller may not see is not listened to (a members-only room of others
+            // must not even show that it changes).
+            let Ok(room) = self.subscribable(uri, context.request_context()).await else { continue };
             let (sink, uri) = (context.sink().clone(), uri.clone());
-            tasks.push(tokio::spawn(push::forward(self.macp.clone(), room, move || {
+            tasks.push(tokio::spawn(push::forward(self.macp.clone(), who.clone(), room, move || {
                 let (sink, uri) = (sink.clone(), uri.clone());
                 async move { sink.notify_resource_updated(uri).await.is_ok() }
             })));

@@ -274,6 +274,8 @@ async fn rooms(State(w): State<Web>, req: Request) -> Response {
         for r in page.rooms {
             match w.macp.room_summary(&who, r.room_id).await {
                 Ok(s) => out.push(s),
+                // Purged, or the person removed from its members, since the listing.
+                Err(Error::NotFound { .. }) => {}
                 Err(e) => return failed(&e),
             }
         }
@@ -499,13 +501,25 @@ struct SteerB {
     marker: Option<String>,
     #[serde(default)]
     reopen: bool,
+    retention_days: Option<u32>,
+    #[serde(default)]
+    add_members: Vec<String>,
+    #[serde(default)]
+    remove_members: Vec<String>,
 }
 
 async fn steer(State(w): State<Web>, Path(room): Path<String>, req: Request) -> Response {
     let room_id = room!(room);
     let (who, b) = acting!(w, req, SteerB);
-    let req =
-        SteerRoom { objective: b.objective, marker: b.marker, reopen: b.reopen, ..SteerRoom::new(room_id) };
+    let req = SteerRoom {
+        objective: b.objective,
+        marker: b.marker,
+        reopen: b.reopen,
+        retention_days: b.retention_days,
+        add_members: b.add_members,
+        remove_members: b.remove_members,
+        ..SteerRoom::new(room_id)
+    };
     reply(w.macp.steer_room(&who, req, Channel::Web).await)
 }
 

@@ -512,3 +512,41 @@ async fn tools_list_stays_within_its_byte_budget() {
     println!("tools/list: {} tools, {bytes} bytes", tools.len());
     assert!(bytes <= 150_001, "tools/list is {bytes} bytes; the budget is 150,001 (100,001 + half)");
 }
+
+/// A members-only room is not a resource for anyone else: reading it and subscribing to it fail
+/// as for a room that does not exist, and its tools answer `not_found`; its members read and
+/// subscribe as to any room.
+#[tokio::test]
+async fn a_members_only_room_is_no_resource_for_others() {
+    let macp = service();
+    let ana = Principal::new("ana").unwrap();
+    let room = macp
+        .create_room(
+            &ana,
+            macp_core::service::CreateRoom {
+                members: vec!["ana".into()],
+                ..macp_core::service::CreateRoom::new("payroll")
+            },
+        )
+        .await
+        .unwrap()
+        .room_id;
+    let uri = macp_mcp::push::room_uri(room);
+    let ghost = macp_mcp::push::room_uri(macp_core::RoomId::generate());
+    let bob = connect(&macp, "bob").await;
+    for u in [&uri, &ghost] {
+        let read = bob.read_resource(rmcp::model::ReadResourceRequestParams::new(u.clone())).await;
+        assert!(read.is_err(), "bob reads {u}");
+        let sub = bob.subscribe(rmcp::model::SubscribeRequestParams::new(u.clone())).await;
+        assert!(sub.is_err(), "bob subscribes to {u}");
+    }
+    let r = call(&bob, "get_room_summary", json!({"room_id": room})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert_eq!(r.structured_content.unwrap()["error"]["code"], "not_found");
+    let ana_c = connect(&macp, "ana").await;
+    ana_c
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(uri.clone()))
+        .await
+        .expect("a member reads it");
+    ana_c.subscribe(rmcp::model::SubscribeRequestParams::new(uri)).await.expect("a member subscribes");
+}

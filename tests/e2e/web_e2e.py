@@ -349,6 +349,14 @@ def run_auth_on(macp: str) -> dict:
                 expect(r.status_code == 404, f"bob reads {path} of a members-only room: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms/{hidden}/summary", headers={"Authorization": f"Bearer {token}"})
             expect(r.status_code == 200, f"ana, a member, reads it: {r.status_code}")
+            # Bob cannot let himself in; ana (its creator) adds him from the person's API.
+            r = httpx2.post(f"{base}/api/rooms/{hidden}/steer", json={"add_members": ["bob"]}, headers={**bob, "X-MACP-Web": "1"})
+            expect(r.status_code == 404, f"bob adding himself: {r.status_code}")
+            r = httpx2.post(f"{base}/api/rooms/{hidden}/steer", json={"add_members": ["bob"]},
+                            headers={"Authorization": f"Bearer {token}", "X-MACP-Web": "1"})
+            expect(r.status_code == 200 and sorted(r.json()["members"]) == ["ana", "bob"], f"ana adds bob: {r.status_code} {r.text}")
+            r = httpx2.get(f"{base}/api/rooms/{hidden}/summary", headers=bob)
+            expect(r.status_code == 200, f"bob, now a member, reads it: {r.status_code}")
             r = httpx2.get(f"{base}/api/rooms", headers={"Cookie": "macp_session=made-up"})
             expect(r.status_code == 401, f"a made-up session: {r.status_code}")
 

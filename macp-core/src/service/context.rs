@@ -208,6 +208,9 @@ impl Macp {
         let ContextQuery { room_id, agent_id } = q.into();
         let caps = self.inner.caps.clone();
         let store = &self.inner.store;
+        // The room first, alone: an agent named by a non-member, or the room's size in the time
+        // taken, would otherwise tell that a members-only room exists.
+        let room = self.room(who, room_id).await?;
         let unread = match &agent_id {
             Some(a) => {
                 let agent = self.agent_session(who, room_id, Some(a)).await?.agent_id;
@@ -220,27 +223,17 @@ impl Macp {
         let head = store.last_event_seq(room_id).await?;
         // Independent reads, at once: on a networked store (DynamoDB) each is a round trip.
         let latest_query = FindingQuery::latest(caps.findings);
-        let (
-            room,
-            aliases,
-            stats,
-            mut latest,
-            entity_stats,
-            mut agents,
-            artifact_count,
-            claims,
-            open_decisions,
-        ) = tokio::try_join!(
-            self.room(who, room_id),
-            self.aliases(room_id),
-            store.finding_stats(room_id),
-            store.list_findings(room_id, &latest_query),
-            store.entity_stats(room_id),
-            store.list_agents(room_id),
-            store.count_artifacts(room_id),
-            store.list_claims(room_id, self.now()),
-            self.decisions(room_id, true),
-        )?;
+        let (aliases, stats, mut latest, entity_stats, mut agents, artifact_count, claims, open_decisions) =
+            tokio::try_join!(
+                self.aliases(room_id),
+                store.finding_stats(room_id),
+                store.list_findings(room_id, &latest_query),
+                store.entity_stats(room_id),
+                store.list_agents(room_id),
+                store.count_artifacts(room_id),
+                store.list_claims(room_id, self.now()),
+                self.decisions(room_id, true),
+            )?;
         let later = store.list_events(room_id, head, &[EventKind::FindingPosted], 10_000).await?;
         latest.retain(|f| !later.iter().any(|e| e.finding_id == Some(f.finding_id)));
         resolve_refs(&aliases, &mut latest)?;

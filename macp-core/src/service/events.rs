@@ -384,6 +384,8 @@ impl Macp {
             if tokio::time::timeout_at(deadline, w.changed()).await.is_err() {
                 return Ok(Updates { read_position: position.map(|p| feed_cursor(q.room_id, p)), ..page });
             }
+            // Woken: still someone who may see the room (not removed from its members since)?
+            self.room(who, q.room_id).await?;
         }
     }
 
@@ -438,6 +440,8 @@ impl Macp {
 
     /// A watch on a room: [`RoomWatch::changed`] resolves after each change committed to it
     /// (by this process, or by another process sharing the store, within [`SHARED_POLL`]).
+    /// It carries no content and checks no one: read the room with a call that takes the
+    /// caller (e.g. [`Macp::last_event_seq`]) before and after each wake.
     /// For adapters that push (MCP resource subscriptions); agents call `get_updates` with
     /// `wait_seconds` instead.
     pub fn watch(&self, room_id: RoomId) -> RoomWatch {
@@ -449,8 +453,11 @@ impl Macp {
     }
 
     /// The position of the room's newest change in its feed (0 when it has none): how
-    /// far a [`RoomWatch`] has to go. Adapters that push per change count with it.
-    pub async fn last_event_seq(&self, room_id: RoomId) -> Result<u64> {
+    /// far a [`RoomWatch`] has to go. Adapters that push per change count with it; it answers
+    /// `not_found` once `who` may no longer see the room (removed from its members, purged),
+    /// which is when a push must stop.
+    pub async fn last_event_seq(&self, who: &Principal, room_id: RoomId) -> Result<u64> {
+        self.room(who, room_id).await?;
         self.inner.store.last_event_seq(room_id).await
     }
 

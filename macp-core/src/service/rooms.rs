@@ -558,6 +558,8 @@ impl Macp {
         if root_cause.len() > l.max_entity_refs {
             return Err(Error::too_many("root_cause", l.max_entity_refs, root_cause.len()));
         }
+        // The room before anything about it is looked at (findings, agents).
+        self.room(who, req.room_id).await?;
         self.require_findings(req.room_id, &root_cause, "root_cause").await?;
         // Closing never needed an agent in the room: a person's MCP client may close it unjoined.
         let author = match (via, &req.agent_id) {
@@ -637,6 +639,24 @@ impl Macp {
         if room.status == RoomStatus::Closed && !req.reopen && !only_retention {
             return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
         }
+        if let Some(both) = add.iter().find(|m| remove.contains(m)) {
+            return Err(Error::invalid(
+                "remove_members",
+                format!("`{both}` is both added and removed; choose one"),
+            ));
+        }
+        if !remove.is_empty() && room.members.is_empty() && add.is_empty() {
+            return Err(Error::invalid(
+                "remove_members",
+                "this room is open to everyone; it has no members to remove (add_members makes it members-only)",
+            ));
+        }
+        if remove.contains(&room.created_by) {
+            return Err(Error::invalid(
+                "remove_members",
+                format!("{} created the room and stays a member of it", room.created_by),
+            ));
+        }
         // Refused before anything is applied, so a call asking for several changes does not
         // stop halfway on a full history (a concurrent change can still fill it in between).
         if label.is_some() && room.markers.len() >= l.max_markers {
@@ -685,43 +705,6 @@ impl Macp {
                 })
                 .await?;
         }
-        if !add.is_empty() || !remove.is_empty() {
-            // Closed rooms too, like retention: who may read a record is the record's business.
-            room = self
-                .update_room(who, req.room_id, |room| {
-                    let mut next = room.members.clone();
-                    if !add.is_empty() && next.is_empty() {
-                        // An open room becomes members-only: its first member is who did it.
-                        next.push(author.user_id.clone());
-                    }
-                    next.extend(add.iter().cloned());
-                    next.retain(|m| !remove.contains(m));
-                    next.sort();
-                    next.dedup();
-                    if next.is_empty() && !room.members.is_empty() {
-                        return Err(Error::invalid(
-                            "remove_members",
-                            "a members-only room keeps at least one member: add someone before removing the last",
-                        ));
-                    }
-                    if next.len() > MAX_MEMBERS {
-                        return Err(Error::too_many("members", MAX_MEMBERS, next.len()));
-                    }
-                    if next == room.members {
-                        return Ok(None);
-                    }
-                    let added: Vec<&str> = next.iter().filter(|m| !room.members.contains(m)).map(|m| m.as_str()).collect();
-                    let gone: Vec<&str> = room.members.iter().filter(|m| !next.contains(m)).map(|m| m.as_str()).collect();
-                    let what = match (added.is_empty(), gone.is_empty()) {
-                        (false, true) => format!("members added: {}", added.join(", ")),
-                        (true, false) => format!("members removed: {}", gone.join(", ")),
-                        _ => format!("members added: {}; removed: {}", added.join(", "), gone.join(", ")),
-                    };
-                    room.members = next;
-                    Ok(Some(author.event(EventKind::MembersChanged, &what)))
-                })
-                .await?;
-        }
         if let Some(days) = retention_days {
             // Closed rooms too: holding a closed room's record longer (or for good) is the point.
             room = self
@@ -758,6 +741,49 @@ impl Macp {
                         by: author.clone(),
                     });
                     Ok(Some(author.event(EventKind::PhaseMarked, &what)))
+                })
+                .await?;
+        }
+        if !add.is_empty() || !remove.is_empty() {
+            // Last, so that removing oneself does not stop the rest of the call. Closed rooms
+            // too, like retention: who may read a record is the record's business.
+            let creator = room.created_by.clone();
+            room = self
+                .update_room(who, req.room_id, |room| {
+                    let mut next = room.members.clone();
+                    if !add.is_empty() && next.is_empty() {
+                        // Restricting an open room takes it away from everyone else: only the
+                        // person who created it may, and they stay a member.
+                        if author.user_id != creator {
+                            return Err(Error::PermissionDenied {
+                                message: format!(
+                                    "only the room's creator, {creator}, can make it members-only; ask them"
+                                ),
+                            });
+                        }
+                        next.push(creator.clone());
+                    }
+                    next.extend(add.iter().cloned());
+                    next.retain(|m| !remove.contains(m));
+                    next.sort();
+                    next.dedup();
+                    if next.len() > MAX_MEMBERS {
+                        return Err(Error::too_many("members", MAX_MEMBERS, next.len()));
+                    }
+                    if next == room.members {
+                        return Ok(None);
+                    }
+                    let added: Vec<&str> =
+                        next.iter().filter(|m| !room.members.contains(m)).map(|m| m.as_str()).collect();
+                    let gone: Vec<&str> =
+                        room.members.iter().filter(|m| !next.contains(m)).map(|m| m.as_str()).collect();
+                    let what = match (added.is_empty(), gone.is_empty()) {
+                        (false, true) => format!("members added: {}", added.join(", ")),
+                        (true, false) => format!("members removed: {}", gone.join(", ")),
+                        _ => format!("members added: {}; removed: {}", added.join(", "), gone.join(", ")),
+                    };
+                    room.members = next;
+                    Ok(Some(author.event(EventKind::MembersChanged, &what)))
                 })
                 .await?;
         }
@@ -893,14 +919,16 @@ impl Macp {
     pub async fn room_summary(&self, who: &Principal, q: impl Into<SummaryQuery>) -> Result<RoomSummary> {
         let q = q.into();
         let room_id = q.room_id;
+        // The room first, alone: nothing about a room `who` may not see is read, not even in
+        // parallel (its size would show in the time taken).
+        let room = self.room(who, room_id).await?;
         let digest = match (q.since, &q.since_marker) {
             (None, None) => None,
             (since, marker) => Some(self.room_digest(who, room_id, since, marker.as_deref()).await?),
         };
         let store = &self.inner.store;
         // Independent reads, at once (each is a round trip on a networked store).
-        let (room, agents, findings, entities, artifact_count, open_decisions) = tokio::try_join!(
-            self.room(who, room_id),
+        let (agents, findings, entities, artifact_count, open_decisions) = tokio::try_join!(
             store.list_agents(room_id),
             store.finding_stats(room_id),
             store.entity_stats(room_id),
