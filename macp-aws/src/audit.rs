@@ -96,21 +96,14 @@ impl AwsBackend {
             key_marker = listed.next_key_marker().map(str::to_owned);
             version_marker = listed.next_version_id_marker().map(str::to_owned);
         }
-        let indexes = self
-            .s3v
-            .list_indexes()
-            .vector_bucket_name(&n.vector_bucket)
-            .send()
-            .await
-            .map_err(|e| aws_err("s3vectors", "ListIndexes (audit)", e))?;
-        for index in indexes.indexes() {
+        for index in self.vector_indexes().await? {
             let mut token = None;
             loop {
                 let out = self
                     .s3v
                     .list_vectors()
                     .vector_bucket_name(&n.vector_bucket)
-                    .index_name(index.index_name())
+                    .index_name(&index)
                     .return_metadata(true)
                     .set_next_token(token.take())
                     .send()
@@ -118,7 +111,7 @@ impl AwsBackend {
                     .map_err(|e| aws_err("s3vectors", "ListVectors (audit)", e))?;
                 for v in out.vectors() {
                     if v.key().contains(needle) || format!("{:?}", v.metadata()).contains(needle) {
-                        found.push(format!("vector {}/{}", index.index_name(), v.key()));
+                        found.push(format!("vector {index}/{}", v.key()));
                     }
                 }
                 match out.next_token() {

@@ -277,15 +277,10 @@ impl FindingStore for MemoryStore {
         else {
             return Ok(None);
         };
-        if f.erased.is_some() {
+        if !f.erase(erasure) {
             return Ok(Some(f.clone()));
         }
-        let notice = erasure.notice();
-        f.content = notice.clone();
-        f.evidence.clear();
-        f.erased = Some(erasure.clone());
-        f.index_status = IndexStatus::Indexed;
-        let erased = f.clone();
+        let (erased, notice) = (f.clone(), f.content.clone());
         if let Some(ix) = s.keywords.get_mut(&room_id) {
             ix.remove(finding_id);
         }
@@ -662,13 +657,10 @@ impl ArtifactStore for MemoryStore {
         interleave().await;
         let mut s = self.lock();
         let Some(a) = s.artifacts.get_mut(&(room_id, artifact_id)) else { return Ok(None) };
-        if a.erased.is_some() {
+        if !a.erase(erasure) {
             return Ok(Some(a.clone()));
         }
-        let notice = erasure.notice();
-        a.description = Some(notice.clone());
-        a.erased = Some(erasure.clone());
-        let erased = a.clone();
+        let (erased, notice) = (a.clone(), erasure.notice());
         s.renotice(room_id, |e| e.artifact_id == Some(artifact_id), &notice);
         s.push_event(room_id, event);
         Ok(Some(erased))

@@ -476,6 +476,22 @@ pub struct Standing {
 }
 
 impl Finding {
+    /// Erases the finding as every store must (see
+    /// [`FindingStore::erase_finding`](crate::store::FindingStore::erase_finding)): the
+    /// content becomes the erasure's notice, the evidence goes, the erasure is recorded, and it is
+    /// no longer `pending` (an erased finding is never embedded). Returns `false`, changing
+    /// nothing, when it was erased before: the first erasure stands.
+    pub fn erase(&mut self, erasure: &Erasure) -> bool {
+        if self.erased.is_some() {
+            return false;
+        }
+        self.content = erasure.notice();
+        self.evidence.clear();
+        self.erased = Some(erasure.clone());
+        self.index_status = IndexStatus::Indexed;
+        true
+    }
+
     /// The standing a verdict in `self` gives the finding it judges, if `self` is a verdict.
     pub fn standing_given(&self) -> Option<(FindingId, Standing)> {
         let (on, verdict) = (self.reply_to?, self.verdict?);
@@ -639,6 +655,21 @@ pub struct Artifact {
     /// Set once erased: bytes deleted, `description` is the notice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub erased: Option<Erasure>,
+}
+
+impl Artifact {
+    /// Erases the artifact's record as every store must (see
+    /// [`ArtifactStore::erase_artifact`](crate::store::ArtifactStore::erase_artifact)): the
+    /// description becomes the erasure's notice and the erasure is recorded. Returns `false`,
+    /// changing nothing, when it was erased before.
+    pub fn erase(&mut self, erasure: &Erasure) -> bool {
+        if self.erased.is_some() {
+            return false;
+        }
+        self.description = Some(erasure.notice());
+        self.erased = Some(erasure.clone());
+        true
+    }
 }
 
 wire_enum!(

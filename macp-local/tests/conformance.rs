@@ -10,6 +10,8 @@ use macp_local::blobs::LocalBlobStore;
 use macp_local::{Durability, SqliteStore};
 use macp_testkit::Transfer;
 
+mod common;
+
 /// Uses the local store's signed URLs the way `macp serve`'s `/artifacts/…` handlers do (they
 /// call the same `handle_put` / `authorize_download`); the HTTP path itself is covered end to end.
 struct LocalTransfer(LocalBlobStore);
@@ -41,22 +43,7 @@ struct DataDir(std::path::PathBuf);
 #[async_trait]
 impl macp_testkit::Leftovers for DataDir {
     async fn find(&self, needle: &str) -> Vec<String> {
-        fn walk(dir: &std::path::Path, needle: &[u8], out: &mut Vec<String>) {
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.to_string_lossy().contains(std::str::from_utf8(needle).unwrap()) {
-                    out.push(format!("path {}", p.display()));
-                }
-                if p.is_dir() {
-                    walk(&p, needle, out);
-                } else if std::fs::read(&p).unwrap_or_default().windows(needle.len()).any(|w| w == needle) {
-                    out.push(format!("bytes of {}", p.display()));
-                }
-            }
-        }
-        let mut out = Vec::new();
-        walk(&self.0, needle.as_bytes(), &mut out);
-        out
+        common::holding(&self.0, needle)
     }
 }
 

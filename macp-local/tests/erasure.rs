@@ -13,27 +13,13 @@ use macp_core::{AgentId, Macp, Principal, Timestamp};
 use macp_local::SqliteStore;
 use macp_local::blobs::LocalBlobStore;
 
-const MARK: &[u8] = b"zebracanary7781";
+mod common;
 
-/// The files under `dir` (recursively) that contain `MARK`.
+const MARK: &str = "zebracanary7781";
+
+/// The files under `dir` holding `MARK` (see [`common::holding`]).
 fn holding_mark(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for entry in walk(dir) {
-        let bytes = std::fs::read(&entry).unwrap_or_default();
-        if bytes.windows(MARK.len()).any(|w| w == MARK) {
-            out.push(entry.display().to_string());
-        }
-    }
-    out
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() { files.extend(walk(&p)) } else { files.push(p) }
-    }
-    files
+    common::holding(dir, MARK)
 }
 
 fn service(store: Arc<SqliteStore>, blobs: LocalBlobStore) -> Macp {
@@ -56,7 +42,7 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
     let room = macp.create_room(&me, CreateRoom::new("erasure on disk")).await.unwrap().room_id;
     let agent =
         macp.join_room(&me, JoinRoom::new(room).agent(AgentId::new("ana").unwrap())).await.unwrap().agent_id;
-    let mark = std::str::from_utf8(MARK).unwrap();
+    let mark = MARK;
 
     // A short finding (in a page with others), a long one (overflow pages), evidence, and an
     // artifact whose bytes and description carry the mark; findings around them stay.

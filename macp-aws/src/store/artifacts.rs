@@ -107,19 +107,18 @@ impl ArtifactStore for AwsBackend {
                 return Ok(None);
             };
             let mut a: Artifact = doc(&item)?;
-            if a.erased.is_some() {
+            if !a.erase(erasure) {
                 return Ok(Some(a));
             }
             let head = self.event_head(room_id).await?;
             let mut items = renotice.clone();
-            a.description = Some(notice.clone());
-            a.erased = Some(erasure.clone());
             items.push(self.erased_item(
                 &self.names.artifacts,
                 key.clone(),
                 &a,
                 get_s(&item, "doc")?,
                 "SET #d = :d",
+                &[],
             )?);
             items.extend(self.event_items(room_id, &head, event)?);
             match self.transact(items, "TransactWriteItems (erase artifact)").await? {

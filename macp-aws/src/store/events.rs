@@ -149,7 +149,7 @@ impl AwsBackend {
 
     /// The update that stores `erased` (a finding or an artifact) under `key` in `table`, on
     /// condition that its stored document is still `old`; `expression` is what it sets
-    /// (`SET #d = :d` and more).
+    /// (`SET #d = :d` and more), with `values` for the more.
     pub(crate) fn erased_item<T: serde::Serialize>(
         &self,
         table: &str,
@@ -157,6 +157,7 @@ impl AwsBackend {
         erased: &T,
         old: &str,
         expression: &str,
+        values: &[(&str, AttributeValue)],
     ) -> Result<TransactWriteItem> {
         let mut upd = Update::builder()
             .table_name(table)
@@ -166,8 +167,8 @@ impl AwsBackend {
             .expression_attribute_names("#d", "doc")
             .expression_attribute_values(":d", json(erased))
             .expression_attribute_values(":old", s(old));
-        if expression.contains(":ix") {
-            upd = upd.expression_attribute_values(":ix", s("indexed"));
+        for (name, value) in values {
+            upd = upd.expression_attribute_values(*name, value.clone());
         }
         let upd = upd.build().map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
         Ok(TransactWriteItem::builder().update(upd).build())

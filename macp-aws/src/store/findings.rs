@@ -159,19 +159,22 @@ impl FindingStore for AwsBackend {
                 return Ok(None);
             };
             let mut f = finding_of(&item)?;
-            if f.erased.is_some() {
+            if !f.erase(erasure) {
                 return Ok(Some(f));
             }
             let head = self.event_head(room_id).await?;
             let mut items = renotice.clone();
-            f.content = notice.clone();
-            f.evidence.clear();
-            f.erased = Some(erasure.clone());
-            // Rewritten only if its document is unchanged meanwhile; never embedded again: out
-            // of the pending index.
-            f.index_status = IndexStatus::Indexed;
+            // Rewritten only if its document is unchanged meanwhile; out of the pending index.
+            let indexed = [(":ix", s(f.index_status.as_str()))];
             let set = "SET #d = :d, index_status = :ix REMOVE pending";
-            items.push(self.erased_item(&self.names.findings, key.clone(), &f, get_s(&item, "doc")?, set)?);
+            items.push(self.erased_item(
+                &self.names.findings,
+                key.clone(),
+                &f,
+                get_s(&item, "doc")?,
+                set,
+                &indexed,
+            )?);
             items.push(self.count_erasure(room_id)?);
             items.extend(self.event_items(room_id, &head, event)?);
             match self.transact(items, "TransactWriteItems (erase finding)").await? {

@@ -104,20 +104,13 @@ impl AwsBackend {
         if ids.is_empty() {
             return Ok(());
         }
-        let indexes = self
-            .s3v
-            .list_indexes()
-            .vector_bucket_name(&self.names.vector_bucket)
-            .send()
-            .await
-            .map_err(|e| aws_err("s3vectors", "ListIndexes (purge)", e))?;
-        for index in indexes.indexes() {
+        for index in self.vector_indexes().await? {
             // DeleteVectors takes at most 500 keys; an id that is not a vector is ignored.
             for chunk in ids.chunks(500) {
                 self.s3v
                     .delete_vectors()
                     .vector_bucket_name(&self.names.vector_bucket)
-                    .index_name(index.index_name())
+                    .index_name(&index)
                     .set_keys(Some(chunk.to_vec()))
                     .send()
                     .await

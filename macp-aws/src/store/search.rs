@@ -41,6 +41,27 @@ fn text(d: &Document) -> Option<&str> {
 }
 
 impl AwsBackend {
+    /// The names of every index of the vector bucket (one per embedding model used).
+    pub(crate) async fn vector_indexes(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        let mut token = None;
+        loop {
+            let out = self
+                .s3v
+                .list_indexes()
+                .vector_bucket_name(&self.names.vector_bucket)
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| aws_err("s3vectors", "ListIndexes", e))?;
+            names.extend(out.indexes().iter().map(|i| i.index_name().to_owned()));
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+                _ => return Ok(names),
+            }
+        }
+    }
+
     async fn bound(&self) -> Result<IndexModel> {
         VectorIndex::model(self).await?.ok_or_else(|| {
             Error::backend("s3vectors", false, "the vector index is not bound to a model yet", None)

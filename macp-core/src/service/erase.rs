@@ -127,8 +127,13 @@ impl Macp {
     ) -> Result<Erased> {
         let reason = validate::required_text("reason", reason, self.inner.limits.max_reason_bytes)?;
         let erasure = Erasure { by: who.user_id.clone(), agent_id: agent.cloned(), at: self.now(), reason };
-        let mut event = Event::new(EventKind::Erased, erasure.at, who.user_id.clone(), "");
-        event.agent_id = agent.cloned();
+        let event = |what: String| {
+            let e = Event::new(EventKind::Erased, erasure.at, who.user_id.clone(), &what);
+            match agent {
+                Some(a) => e.agent(a),
+                None => e,
+            }
+        };
         let store = &self.inner.store;
         let out = match (finding_id, artifact_id) {
             (Some(id), None) => {
@@ -145,8 +150,7 @@ impl Macp {
                 if let Some(s) = &self.inner.search {
                     s.index.delete(room_id, &[id]).await?;
                 }
-                event.finding_id = Some(id);
-                event.summary = Event::summary_of(&format!("finding {id} erased: {}", erasure.reason));
+                let event = event(format!("finding {id} erased: {}", erasure.reason)).finding(id);
                 let erased = store
                     .erase_finding(room_id, id, &erasure, &event)
                     .await?
@@ -160,8 +164,7 @@ impl Macp {
                 check_author(agent, &found.agent_id, &found.uploaded_by, who, "artifact", id)?;
                 // The bytes first, for the same reason as a finding's vector.
                 self.blobs()?.delete(&found.key).await?;
-                event.artifact_id = Some(id);
-                event.summary = Event::summary_of(&format!("artifact {id} erased: {}", erasure.reason));
+                let event = event(format!("artifact {id} erased: {}", erasure.reason)).artifact(id);
                 let erased = store
                     .erase_artifact(room_id, id, &erasure, &event)
                     .await?

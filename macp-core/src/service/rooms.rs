@@ -635,8 +635,8 @@ impl Macp {
         let mut room = self.room(who, req.room_id).await?;
         // A closed room's retention and members may change (a hold on its record, who may read
         // it); nothing else without reopening it.
-        let only_retention = req.objective.is_none() && req.marker.is_none();
-        if room.status == RoomStatus::Closed && !req.reopen && !only_retention {
+        let record_only = req.objective.is_none() && req.marker.is_none();
+        if room.status == RoomStatus::Closed && !req.reopen && !record_only {
             return Err(Error::RoomClosed { room_id: req.room_id.to_string() });
         }
         if let Some(both) = add.iter().find(|m| remove.contains(m)) {

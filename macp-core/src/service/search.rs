@@ -290,10 +290,21 @@ impl Macp {
             s.index.upsert(&records).await?;
             // A finding erased while its text was being embedded (its vector was deleted
             // before this one was written): the vector goes again, and it stays as erased.
+            // One read per room of the batch, not per finding (posts are indexed here on a
+            // store that is not its own index).
+            let mut live = HashSet::new();
+            let mut rooms: Vec<RoomId> = batch.iter().map(|f| f.room_id).collect();
+            rooms.sort();
+            rooms.dedup();
+            for room in rooms {
+                let ids: Vec<FindingId> =
+                    batch.iter().filter(|f| f.room_id == room).map(|f| f.finding_id).collect();
+                let now = self.inner.store.get_findings(room, &ids).await?;
+                live.extend(now.iter().filter(|x| x.erased.is_none()).map(|x| x.finding_id));
+            }
             let mut done = Vec::with_capacity(batch.len());
             for f in &batch {
-                let now = self.inner.store.get_findings(f.room_id, &[f.finding_id]).await?;
-                if now.first().is_none_or(|x| x.erased.is_some()) {
+                if !live.contains(&f.finding_id) {
                     s.index.delete(f.room_id, &[f.finding_id]).await?;
                     continue;
                 }

@@ -102,25 +102,22 @@ impl ArtifactStore for SqliteStore {
                     .map_err(sql_err)?
                     .transpose()?;
                 let Some(mut a) = found else { return Ok(None) };
-                if a.erased.is_some() {
+                if !a.erase(&erasure) {
                     return Ok(Some(a));
                 }
-                let notice = erasure.notice();
                 exec(
                     tx,
                     "UPDATE artifacts SET description = ?, erased = ? WHERE room_id = ? AND artifact_id = ?",
-                    params![notice, to_json(&erasure), room, id],
+                    params![a.description, to_json(&erasure), room, id],
                 )
                 .map_err(sql_err)?;
                 exec(
                     tx,
                     "UPDATE events SET summary = ? WHERE room_id = ? AND artifact_id = ?",
-                    params![Event::summary_of(&notice), room, id],
+                    params![Event::summary_of(&erasure.notice()), room, id],
                 )
                 .map_err(sql_err)?;
                 append_event(tx, room_id, &event)?;
-                a.description = Some(notice);
-                a.erased = Some(erasure);
                 Ok(Some(a))
             })
             .await?;

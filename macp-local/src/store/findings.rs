@@ -101,29 +101,31 @@ impl FindingStore for SqliteStore {
                     .map_err(sql_err)?
                     .transpose()?;
                 let Some(mut f) = found else { return Ok(None) };
-                if f.erased.is_some() {
+                if !f.erase(&erasure) {
                     return Ok(Some((f, false)));
                 }
-                let notice = erasure.notice();
                 exec(
                     tx,
-                    "UPDATE findings SET content = ?, evidence = '[]', erased = ?, index_status = 'indexed'
+                    "UPDATE findings SET content = ?, evidence = ?, erased = ?, index_status = ?
                      WHERE room_id = ? AND finding_id = ?",
-                    params![notice, to_json(&erasure), room, id],
+                    params![
+                        f.content,
+                        to_json(&f.evidence),
+                        to_json(&erasure),
+                        f.index_status.as_str(),
+                        room,
+                        id
+                    ],
                 )
                 .map_err(sql_err)?;
                 exec(
                     tx,
                     "UPDATE events SET summary = ? WHERE room_id = ? AND finding_id = ?",
-                    params![Event::summary_of(&notice), room, id],
+                    params![Event::summary_of(&f.content), room, id],
                 )
                 .map_err(sql_err)?;
                 append_event(tx, room_id, &event)?;
                 fx.then(move |caches| caches.keywords.apply(room_id, KeywordOp::Remove(finding_id)));
-                f.content = notice;
-                f.evidence.clear();
-                f.erased = Some(erasure);
-                f.index_status = IndexStatus::Indexed;
                 Ok(Some((f, true)))
             })
             .await?;

@@ -53,6 +53,9 @@ pub async fn an_erased_finding_leaves_only_a_notice(backend: Backend) {
     if let Some(hits) = backend.store.keyword_search(f.room, MARK, 10).await.unwrap() {
         assert_eq!(hits.hits.len(), 1, "and found by the keyword index");
     }
+    if let Some(scan) = &backend.leftovers {
+        assert!(!scan.find(MARK).await.is_empty(), "the raw scan sees the mark before the erasure");
+    }
 
     // Another agent may not; nothing changes.
     let err = expect_code(
@@ -100,6 +103,10 @@ pub async fn an_erased_finding_leaves_only_a_notice(backend: Backend) {
 
     let all = everything(&f).await;
     assert!(!all.contains(MARK), "the erased text came back from a read");
+    if let Some(scan) = &backend.leftovers {
+        let left = scan.find(MARK).await;
+        assert!(left.is_empty(), "the erased text is still in the backend's storage: {left:?}");
+    }
     let found =
         m.search_findings(&f.bob, SearchFindings::new(f.room, format!("customer {MARK} 502"))).await.unwrap();
     assert!(!found.results.iter().any(|h| h.finding.finding_id == leak.finding_id), "search still finds it");
@@ -210,6 +217,9 @@ pub async fn an_erased_artifact_loses_its_bytes(backend: Backend) {
     };
     let url = list(&f).await[0].download_url.clone().expect("a download URL");
     assert_eq!(t.get(&url).await, (200, body.clone()));
+    if let Some(scan) = &backend.leftovers {
+        assert!(!scan.find(MARK).await.is_empty(), "the raw scan sees the mark before the erasure");
+    }
 
     expect_code(
         f.macp.erase(&f.bob, Erase::artifact(f.room, f.b.clone(), reg.artifact_id, "not yours")).await,
@@ -231,4 +241,8 @@ pub async fn an_erased_artifact_loses_its_bytes(backend: Backend) {
     assert_eq!(listed[0].artifact.description.as_deref(), Some(out.notice.as_str()));
     assert!(!everything(&f).await.contains(MARK));
     assert!(!format!("{listed:?}").contains(MARK));
+    if let Some(scan) = &backend.leftovers {
+        let left = scan.find(MARK).await;
+        assert!(left.is_empty(), "the erased artifact is still in the backend's storage: {left:?}");
+    }
 }
