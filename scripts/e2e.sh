@@ -66,3 +66,14 @@ else
   echo "conformance suite failed"
   exit 1
 fi
+
+echo "--> MCP conformance suite, 2026-07-28 revision (stateless; expected failures: tests/e2e/conformance-2026-expected-failures.yml)"
+if "$node22" "$node_dir/node_modules/conformance-2026/dist/index.js" server --requirements 2026-07-28 \
+    --url "$url" --expected-failures tests/e2e/conformance-2026-expected-failures.yml >"$work/conformance-2026.out" 2>&1; then
+  passed=$(grep -c '^✓' "$work/conformance-2026.out" || true)
+  echo "conformance 2026-07-28: every scenario and check outside the fixture list passes ($passed scenarios green)"
+else
+  sed 's/\x1b\[[0-9;]*m//g' "$work/conformance-2026.out" | tail -n 60
+  echo "conformance suite (2026-07-28) failed"
+  exit 1
+fi

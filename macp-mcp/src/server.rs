@@ -70,9 +70,10 @@ pub fn tool_error(e: &Error) -> CallToolResult {
     r
 }
 
-/// A core error on a resource request, as a protocol error (resources have no tool-error form).
+/// A core error on a resource request, as a protocol error (resources have no tool-error form),
+/// naming the URI as the 2026-07-28 revision asks (`data.uri`).
 fn resource_error(uri: &str, e: &Error) -> McpError {
-    let data = Some(serde_json::json!({ "error": e.body() }));
+    let data = Some(serde_json::json!({ "uri": uri, "error": e.body() }));
     match e {
         Error::NotFound { .. } => McpError::resource_not_found(format!("`{uri}`: {e}"), data),
         _ => McpError::internal_error(format!("`{uri}`: {e}"), data),
@@ -237,7 +238,7 @@ impl MacpMcp {
         let room = push::room_of(uri).ok_or_else(|| {
             McpError::resource_not_found(
                 format!("`{uri}` is not a room; subscribe to macp://rooms/{{room_id}}"),
-                None,
+                Some(serde_json::json!({ "uri": uri })),
             )
         })?;
         self.macp.room_summary(&who, room).await.map_err(|e| resource_error(uri, &e))?;
@@ -797,7 +798,7 @@ impl ServerHandler for MacpMcp {
         if request.uri != docs::SKILL_URI {
             return Err(McpError::resource_not_found(
                 format!("no resource `{}`; this server has {}", request.uri, docs::SKILL_URI),
-                None,
+                Some(serde_json::json!({ "uri": request.uri })),
             ));
         }
         Ok(ReadResourceResult::new(vec![ResourceContents::TextResourceContents {
