@@ -265,6 +265,12 @@ async def orchestrate(args) -> None:
                 db = next(e for e in ctx["entities"]["items"] if any(i["value"] == SHARED_HOST.lower() for i in e["identifiers"]))
                 expect(db["degree"] == 3, f"the database has 3 dependents, degree {db['degree']}")
                 await call(fresh, "join_room", {"room_id": room, "agent_id": "dee", "agent_type": "python-mcp"})
+                # Stateless (2026-07-28): no session remembers the join, so a write that does not
+                # name its agent is refused with what to do, and writes nothing.
+                anon = await fresh.call_tool("post_finding", {"room_id": room, "content": "who am I?"})
+                expect(anon.is_error and anon.structured_content["error"]["code"] == "not_joined"
+                       and "agent_id" in anon.structured_content["error"]["message"],
+                       f"a stateless write without agent_id: {anon.content[0].text}")
                 follow = await call(fresh, "post_finding", {
                     "room_id": room, "agent_id": "dee", "tags": ["follow-up"], "entity_refs": [db["entity_id"]],
                     "content": "Follow-up: add an alarm on orders-db-1 connections above 80% of max_connections.",
