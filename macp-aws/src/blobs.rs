@@ -102,6 +102,51 @@ impl BlobStore for AwsBackend {
     async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
         self.delete_versions(prefix, false).await
     }
+
+    async fn read_object(&self, key: &str) -> Result<Option<(ObjectMeta, Vec<u8>)>> {
+        let got = match self.s3.get_object().bucket(&self.names.artifact_bucket).key(key).send().await {
+            Ok(o) => o,
+            Err(e)
+                if matches!(code_of(&e), Some("NotFound" | "NoSuchKey"))
+                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(aws_err("s3", "GetObject", e)),
+        };
+        let content_type = got.content_type().unwrap_or_default().to_owned();
+        let bytes = got
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::backend("s3", true, format!("GetObject body: {e}"), None))?
+            .to_vec();
+        Ok(Some((ObjectMeta { size: bytes.len() as u64, content_type }, bytes)))
+    }
+
+    async fn write_object(&self, key: &str, content_type: &str, bytes: Vec<u8>) -> Result<()> {
+        let put = self
+            .s3
+            .put_object()
+            .bucket(&self.names.artifact_bucket)
+            .key(key)
+            .content_type(content_type)
+            // As for uploads: never over an object that exists.
+            .if_none_match("*")
+            .body(bytes.into())
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(code_of(&e), Some("PreconditionFailed"))
+                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 412) =>
+            {
+                Err(Error::AlreadyExists { what: "object", id: key.to_owned() })
+            }
+            Err(e) => Err(aws_err("s3", "PutObject", e)),
+        }
+    }
 }
 
 impl AwsBackend {

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, Put, PutRequest, TransactWriteItem, WriteRequest,
+};
 use macp_core::model::Identifier;
 use macp_core::store::{IdempotencyKey, IdempotencyRecord, WriteOperation};
 use macp_core::{Error, Result, RoomId, Timestamp};
@@ -271,6 +273,54 @@ impl AwsBackend {
             }
         }
         Ok(out)
+    }
+
+    /// One BatchWriteItem of `requests` (at most 25) to `table`, sent again for what DynamoDB
+    /// leaves unprocessed (throttling) until nothing is left; `what` names the task in errors.
+    pub(crate) async fn batch_write(
+        &self,
+        table: &str,
+        mut requests: Vec<WriteRequest>,
+        what: &str,
+    ) -> Result<()> {
+        for attempt in 0..ATTEMPTS {
+            if requests.is_empty() {
+                return Ok(());
+            }
+            let resp = self
+                .ddb
+                .batch_write_item()
+                .request_items(table, requests)
+                .send()
+                .await
+                .map_err(|e| aws_err("dynamodb", &format!("BatchWriteItem ({what})"), e))?;
+            requests = resp.unprocessed_items.and_then(|mut u| u.remove(table)).unwrap_or_default();
+            if !requests.is_empty() {
+                backoff(attempt).await;
+            }
+        }
+        Err(gave_up(what))
+    }
+
+    /// Puts `items` into `table`, 25 per BatchWriteItem. Unconditional: an item with the same
+    /// key is replaced whole.
+    pub(crate) async fn batch_put(&self, table: &str, items: Vec<Item>, what: &str) -> Result<()> {
+        let mut requests = items
+            .into_iter()
+            .map(|item| {
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .map(|p| WriteRequest::builder().put_request(p).build())
+                    .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        while !requests.is_empty() {
+            let rest = requests.split_off(requests.len().min(25));
+            self.batch_write(table, requests, what).await?;
+            requests = rest;
+        }
+        Ok(())
     }
 
     /// Queries a partition (optionally an index), following pages until `stop` says enough.

@@ -79,3 +79,19 @@ macp_testkit::conformance_tests!(
     features = [durable, shared, keywords, vectors, blobs],
     ignore = "needs an emulator: scripts/aws-tests.sh runs these with --ignored against moto",
 );
+
+/// A room moved from the embedded default (SQLite on disk) to AWS and back to another SQLite
+/// data directory is the same room at every step, byte for byte (`macp export` / `macp import`).
+#[test]
+#[ignore = "needs an emulator: scripts/aws-tests.sh runs these with --ignored against moto"]
+fn a_room_moves_from_sqlite_to_aws_and_back_intact() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    rt.block_on(async {
+        let (first, last) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let durability = macp_local::Durability::Normal;
+        let from = macp_local::testkit::backend(first.path(), durability);
+        let back = macp_local::testkit::backend(last.path(), durability);
+        let to = aws().await.expect("MACP_AWS_TEST_ENDPOINT is not set");
+        macp_testkit::cases::a_room_moves_between_backends_intact(from, to, back).await;
+    });
+}

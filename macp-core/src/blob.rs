@@ -85,6 +85,14 @@ pub trait BlobStore: Send + Sync + Debug {
     /// Deletes every object whose key starts with `prefix` (a purged room's files, uploads
     /// never registered included), as [`delete`](BlobStore::delete) would. Returns how many.
     async fn delete_prefix(&self, prefix: &str) -> Result<u64>;
+
+    /// The stored object's bytes and metadata, or `None`: what `macp export` copies into a
+    /// bundle. (Agents never get bytes through the service: they download from URLs.)
+    async fn read_object(&self, key: &str) -> Result<Option<(ObjectMeta, Vec<u8>)>>;
+
+    /// Stores `bytes` at `key` with `content_type`, whole or not at all: what `macp import`
+    /// restores. Never replaces an object: `already_exists` if `key` holds one.
+    async fn write_object(&self, key: &str, content_type: &str, bytes: Vec<u8>) -> Result<()>;
 }
 
 /// Bytes in flight: a request body, or a stored object being read.
@@ -450,6 +458,20 @@ mod memory {
             let before = objects.len();
             objects.retain(|k, _| !k.starts_with(prefix));
             Ok((before - objects.len()) as u64)
+        }
+
+        async fn read_object(&self, key: &str) -> Result<Option<(ObjectMeta, Vec<u8>)>> {
+            Ok(self.objects.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned())
+        }
+
+        async fn write_object(&self, key: &str, content_type: &str, bytes: Vec<u8>) -> Result<()> {
+            let mut objects = self.objects.lock().unwrap_or_else(|p| p.into_inner());
+            if objects.contains_key(key) {
+                return Err(Error::AlreadyExists { what: "object", id: key.to_owned() });
+            }
+            let meta = ObjectMeta { size: bytes.len() as u64, content_type: content_type.to_owned() };
+            objects.insert(key.to_owned(), (meta, bytes));
+            Ok(())
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, ClaimOutcome,
     ClaimStore, CreateOutcome, DecisionStore, EntityStats, EntityStore, EventStore, FindingQuery,
     FindingStats, FindingStore, IdempotencyKey, IdempotencyRecord, Insert, KeywordSearch, RelationshipKey,
-    RoomKey, RoomStore, Store, Write,
+    RoomKey, RoomRecord, RoomStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -125,6 +125,48 @@ impl RoomStore for MemoryStore {
         s.claims.retain(|(x, _), _| *x != r);
         s.decisions.retain(|(x, _), _| *x != r);
         s.rooms.remove(&r);
+        Ok(())
+    }
+
+    async fn restore_room(&self, record: &RoomRecord) -> Result<()> {
+        interleave().await;
+        let mut s = self.lock();
+        let r = record.room.room_id;
+        if s.rooms.contains_key(&r) {
+            return Err(Error::AlreadyExists { what: "room", id: r.to_string() });
+        }
+        for a in &record.agents {
+            s.agents.insert((r, a.agent_id.clone()), a.clone());
+        }
+        for p in &record.read_positions {
+            s.read_positions.insert((r, p.agent_id.clone()), p.seq);
+        }
+        let mut keywords = KeywordIndex::default();
+        for f in record.findings.iter().filter(|f| f.erased.is_none()) {
+            keywords.add(f.finding_id, &f.content);
+        }
+        s.keywords.insert(r, keywords);
+        s.findings.insert(r, record.findings.clone());
+        for e in &record.entities {
+            s.entities.insert((r, e.entity_id), e.clone());
+        }
+        for h in &record.identifiers {
+            s.holders.insert((r, h.identifier.clone()), h.entity_id);
+        }
+        for x in &record.relationships {
+            s.relationships.insert((r, RelationshipKey::of(x)), x.clone());
+        }
+        for a in &record.artifacts {
+            s.artifacts.insert((r, a.artifact_id), a.clone());
+        }
+        for c in &record.claims {
+            s.claims.insert((r, c.key.clone()), c.clone());
+        }
+        for d in &record.decisions {
+            s.decisions.insert((r, d.decision_id), d.clone());
+        }
+        s.events.insert(r, record.events.clone());
+        s.rooms.insert(r, record.room.clone());
         Ok(())
     }
 

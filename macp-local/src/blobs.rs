@@ -377,6 +377,39 @@ impl BlobStore for LocalBlobStore {
         .map_err(|e| Error::backend("local-blobs", true, format!("delete task failed: {e}"), None))?
         .map_err(|e| io_err("cannot delete a room's artifacts", e))
     }
+
+    async fn read_object(&self, key: &str) -> Result<Option<(ObjectMeta, Vec<u8>)>> {
+        let Some(meta) = self.head(key).await? else { return Ok(None) };
+        let Some(key) = safe_key(key) else { return Ok(None) };
+        match tokio::fs::read(self.root.join(key)).await {
+            Ok(bytes) => Ok(Some((meta, bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("cannot read an artifact", e)),
+        }
+    }
+
+    async fn write_object(&self, key: &str, content_type: &str, bytes: Vec<u8>) -> Result<()> {
+        let exists = || Error::AlreadyExists { what: "object", id: key.to_owned() };
+        let safe = safe_key(key).ok_or_else(|| Error::invalid("key", "not a valid artifact key"))?;
+        // The upload path, without the URL: written to `incoming`, synced, linked into place.
+        let tmp = self.incoming.join(ulid::Ulid::generate().to_string());
+        let file = tokio::fs::File::create(&tmp).await.map_err(|e| io_err("cannot create an artifact", e))?;
+        let mut up = Upload {
+            store: self.clone(),
+            key: safe.to_owned(),
+            content_type: content_type.to_owned(),
+            expected: bytes.len() as u64,
+            written: 0,
+            tmp,
+            file: Some(file),
+        };
+        let failed = |r: UrlRefusal| match r {
+            UrlRefusal::Exists => exists(),
+            _ => Error::backend("local-blobs", true, format!("cannot write the artifact {key}"), None),
+        };
+        up.write(&bytes).await.map_err(failed)?;
+        up.finish().await.map(|_| ()).map_err(failed)
+    }
 }
 
 /// Overwrites a file with zeros, syncs, then unlinks it, so the freed blocks do not hold its

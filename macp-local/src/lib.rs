@@ -49,3 +49,5 @@ mod writer;
 
 pub use data_dir::{BackupReport, DataDirLock, backup, lock_data_dir};
 pub use db::{DB_FILE, Durability, SqliteStore, SqliteStoreBuilder, default_data_dir};
+#[cfg(feature = "testkit")]
+pub mod testkit;

@@ -4,38 +4,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use macp_core::Store;
-use macp_core::blob::{PresignedRequest, UrlRefusal};
-use macp_local::blobs::LocalBlobStore;
-use macp_local::{Durability, SqliteStore};
-use macp_testkit::Transfer;
+use macp_local::Durability;
 
 mod common;
-
-/// Uses the local store's signed URLs the way `macp serve`'s `/artifacts/…` handlers do (they
-/// call the same `handle_put` / `authorize_download`); the HTTP path itself is covered end to end.
-struct LocalTransfer(LocalBlobStore);
-
-#[async_trait]
-impl Transfer for LocalTransfer {
-    async fn put(&self, upload: &PresignedRequest, content_type: &str, body: Vec<u8>) -> u16 {
-        let Some((key, query)) = self.0.parse_url(&upload.url) else { return 404 };
-        match self.0.handle_put(&key, &query, content_type, Some(body.len() as u64), body.as_slice()).await {
-            Ok(_) => 200,
-            Err(UrlRefusal::Exists) => 409,
-            Err(_) => 403,
-        }
-    }
-
-    async fn get(&self, url: &str) -> (u16, Vec<u8>) {
-        let Some((key, query)) = self.0.parse_url(url) else { return (404, Vec::new()) };
-        match self.0.authorize_download(&key, &query).await {
-            Ok(Some((path, _))) => (200, std::fs::read(path).unwrap()),
-            Ok(None) => (404, Vec::new()),
-            Err(_) => (403, Vec::new()),
-        }
-    }
-}
 
 /// Reads every file of the data directory, database and WAL bytes included, and every path.
 struct DataDir(std::path::PathBuf);
@@ -49,27 +20,23 @@ impl macp_testkit::Leftovers for DataDir {
 
 async fn sqlite() -> Option<macp_testkit::Backend> {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let path = dir.path().to_owned();
     // `Normal` keeps the suite fast; the default `Full` is exercised by tests/durability.rs.
-    let open = move || {
-        Arc::new(
-            SqliteStore::builder()
-                .data_dir(&path)
-                .durability(Durability::Normal)
-                .open()
-                .expect("open sqlite"),
-        )
-    };
-    let store = open();
-    let blobs = LocalBlobStore::open(dir.path(), "http://127.0.0.1:9").expect("open artifact storage");
-    Some(
-        macp_testkit::Backend::new(store.clone())
-            .with_vector_index(store)
-            .with_blobs(Arc::new(blobs.clone()), Arc::new(LocalTransfer(blobs)))
-            .with_reopen(move || -> Arc<dyn Store> { open() })
-            .with_leftovers(Arc::new(DataDir(dir.path().to_owned())))
-            .with_guard(dir),
-    )
+    let backend = macp_local::testkit::backend(dir.path(), Durability::Normal);
+    Some(backend.with_leftovers(Arc::new(DataDir(dir.path().to_owned()))).with_guard(dir))
 }
 
 macp_testkit::conformance_tests!(sqlite, features = [durable, keywords, vectors, blobs, bounded_urls]);
+
+/// A room moved from SQLite to the in-memory reference store and back to another data
+/// directory is the same room at every step, byte for byte (AWS: macp-aws's suite).
+#[tokio::test]
+async fn a_room_moves_from_sqlite_to_memory_and_back_intact() {
+    let (first, last) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let from = macp_local::testkit::backend(first.path(), Durability::Normal);
+    let back = macp_local::testkit::backend(last.path(), Durability::Normal);
+    let blobs = Arc::new(macp_core::blob::MemoryBlobStore::new());
+    let memory = macp_testkit::Backend::new(Arc::new(macp_core::memory::MemoryStore::new()))
+        .with_vector_index(Arc::new(macp_core::search::memory_index::MemoryVectorIndex::new()))
+        .with_blobs(blobs.clone(), Arc::new(macp_testkit::MemoryTransfer(blobs)));
+    macp_testkit::cases::a_room_moves_between_backends_intact(from, memory, back).await;
+}

@@ -159,6 +159,32 @@ enum Command {
         /// The backup directory (must not exist or be empty).
         dest: std::path::PathBuf,
     },
+    /// Write a room's whole record (findings, feed, entities and identifiers, decisions, claims,
+    /// read positions, artifacts with their bytes) as a portable bundle: to move the room to
+    /// another backend with `macp import`, or to keep as its postmortem archive. An operator's
+    /// act, like a backup: it reads members-only rooms too.
+    Export {
+        /// The room id.
+        room: RoomId,
+        /// Write the bundle here, readable by you alone (default: standard output).
+        #[arg(long, short)]
+        out: Option<std::path::PathBuf>,
+        /// Pass every text (and text artifact) through the redactor on the way out, with this
+        /// server's configured patterns.
+        #[arg(long)]
+        scrub: bool,
+    },
+    /// Restore a room from a bundle written by `macp export`, on this backend, with its ids,
+    /// authors, times and order intact, and index its findings for search. The room must not
+    /// exist here.
+    Import {
+        /// The bundle (`-` for standard input).
+        bundle: std::path::PathBuf,
+        /// Replace the room's retention (days kept once closed; 0: for good). Without it a
+        /// closed room keeps its own, and is purged here when that has run out.
+        #[arg(long)]
+        retention_days: Option<u32>,
+    },
     /// Create the backend's storage if missing, idempotently: the SQLite database, or (with
     /// `--backend aws`) the tables, buckets and vector bucket, for development and tests.
     /// Production AWS deployments create them with the OpenTofu module in deploy/tofu.
@@ -267,6 +293,8 @@ enum Use<'a> {
     /// `macp reindex`: an embedder is required and the index's model is not checked, because
     /// reindexing is the way out of a model mismatch.
     Reindex,
+    /// `macp export` and `macp import`: artifact storage read and written directly, no URLs.
+    Records,
 }
 
 #[cfg(not(feature = "aws"))]
@@ -314,6 +342,12 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                 b = b.blob_store(Arc::new(blobs.clone()));
                 local_artifacts = Some(blobs);
             }
+            if let Use::Records = usage {
+                // Export and import issue no URL: the base is never shown to anyone.
+                let blobs =
+                    LocalBlobStore::open(&cfg.data_dir, "http://127.0.0.1").map_err(|e| e.to_string())?;
+                b = b.blob_store(Arc::new(blobs));
+            }
             b = b.store(store.clone());
             let local = Some((*store).clone());
             (store, local)
@@ -324,7 +358,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                 let aws = Arc::new(
                     macp_aws::AwsBackend::builder_from_env().connect().await.map_err(|e| e.to_string())?,
                 );
-                if let Use::Serve { .. } = usage {
+                if let Use::Serve { .. } | Use::Records = usage {
                     b = b.blob_store(aws.clone());
                 }
                 b = b.store(aws.clone());
@@ -701,6 +735,65 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Export { room, out, scrub } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            let macp = open(&cfg, Use::Records).await?.macp;
+            let bundle = macp.export_room(room, scrub).await.map_err(|e| e.to_string())?;
+            let json = serde_json::to_vec(&bundle).map_err(|e| e.to_string())?;
+            match &out {
+                Some(path) => write_private_file(path, &json)?,
+                None => {
+                    use std::io::Write as _;
+                    let mut stdout = std::io::stdout().lock();
+                    stdout.write_all(&json).and_then(|_| stdout.flush()).map_err(|e| e.to_string())?;
+                }
+            }
+            let r = &bundle.record;
+            eprintln!(
+                "exported room {room}: {} findings, {} events, {} entities, {} artifacts ({} with bytes){}",
+                r.findings.len(),
+                r.events.len(),
+                r.entities.len(),
+                r.artifacts.len(),
+                bundle.objects.len(),
+                match &bundle.scrubbed {
+                    Some(s) => format!("; scrubbed {} secrets", s.total()),
+                    None => String::new(),
+                }
+            );
+            Ok(())
+        }
+        Command::Import { bundle, retention_days } => {
+            let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
+            // It indexes the findings, as a server would: one process per local data directory.
+            let _lock = lock_data(&cfg)?;
+            let bytes = if bundle.as_os_str() == "-" {
+                use std::io::Read as _;
+                let mut buf = Vec::new();
+                std::io::stdin().read_to_end(&mut buf).map_err(|e| e.to_string())?;
+                buf
+            } else {
+                std::fs::read(&bundle).map_err(|e| format!("cannot read {}: {e}", bundle.display()))?
+            };
+            let parsed: macp_core::service::RoomBundle = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{} is not a MACP room bundle: {e}", bundle.display()))?;
+            let macp = open(&cfg, Use::Records).await?.macp;
+            let r = macp.import_room(parsed, retention_days).await.map_err(|e| e.to_string())?;
+            println!(
+                "imported room {}: {} findings ({} indexed), {} events, {} entities, {} artifact objects; {}",
+                r.room_id,
+                r.findings,
+                r.indexed,
+                r.events,
+                r.entities,
+                r.objects,
+                match r.expires_at {
+                    Some(t) => format!("purged from {t} (its retention; --retention-days 0 keeps it)"),
+                    None => "kept until its retention runs out after closing, or for good".into(),
+                }
+            );
+            Ok(())
+        }
         Command::Reindex => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             let _lock = lock_data(&cfg)?;
@@ -710,6 +803,25 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// Writes `bytes` to a new file only its owner can read (a bundle holds the whole room), whole
+/// or not at all: written beside it, synced, then renamed into place.
+fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("partial");
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let written = o.open(&tmp).and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()));
+    written.and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
 }
 
 fn init_logs(to_stderr: bool) {

@@ -242,3 +242,112 @@ fn a_context_budget_that_cannot_hold_a_room_is_refused() {
     ]);
     assert!(err.contains("budget must be at least"), "{err}");
 }
+
+/// The bundle's record and bytes, without when and where it was written.
+fn bundle_body(path: &std::path::Path) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let o = v.as_object_mut().unwrap();
+    o.remove("exported_at");
+    o.remove("exported_from");
+    v
+}
+
+/// `macp export` writes a room's bundle, readable by its owner alone; `macp import` restores it
+/// in another data directory, indexed for search, where exporting again gives the same record
+/// and bytes; importing it twice is refused, and so is a file that is not a bundle.
+#[test]
+fn export_then_import_moves_a_room_between_data_directories() {
+    use std::sync::Arc;
+
+    use macp_core::blob::BlobStore as _;
+    use macp_core::service::{CreateRoom, JoinRoom, PostFinding, RegisterArtifact, RequestUpload};
+
+    let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let room = rt.block_on(async {
+        let store = Arc::new(macp_local::SqliteStore::builder().data_dir(from.path()).open().unwrap());
+        let blobs =
+            Arc::new(macp_local::blobs::LocalBlobStore::open(from.path(), "http://127.0.0.1:9").unwrap());
+        let m = macp_core::Macp::builder().store(store).blob_store(blobs.clone()).build().unwrap();
+        let who = macp_core::Principal::new("ana").unwrap();
+        let room = m.create_room(&who, CreateRoom::new("moved by the command line")).await.unwrap().room_id;
+        let agent = macp_core::AgentId::new("ana-claude").unwrap();
+        m.join_room(&who, JoinRoom::new(room).agent(agent.clone())).await.unwrap();
+        m.post_finding(&who, PostFinding::new(room, agent.clone(), "orders-db-1 refuses connections at 500"))
+            .await
+            .unwrap();
+        let ticket = m
+            .request_artifact_upload(
+                &who,
+                RequestUpload {
+                    room_id: room,
+                    agent_id: Some(agent.clone()),
+                    filename: "pool.txt".into(),
+                    content_type: "text/plain".into(),
+                    size: 9,
+                },
+            )
+            .await
+            .unwrap();
+        blobs.write_object(&ticket.key, "text/plain", b"pool dump".to_vec()).await.unwrap();
+        m.register_artifact(
+            &who,
+            RegisterArtifact {
+                room_id: room,
+                agent_id: Some(agent),
+                key: ticket.key,
+                description: Some("the pool".into()),
+                linked_finding_ids: vec![],
+                linked_entity_ids: vec![],
+                idempotency_key: None,
+            },
+        )
+        .await
+        .unwrap();
+        room.to_string()
+    });
+    let files = tempfile::tempdir().unwrap();
+    let (first, again) = (files.path().join("room.json"), files.path().join("again.json"));
+    let out = macp()
+        .args(["export", &room, "--out"])
+        .arg(&first)
+        .arg("--data-dir")
+        .arg(from.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&first).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let out = macp().arg("import").arg(&first).arg("--data-dir").arg(to.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("1 findings (1 indexed)") && said.contains("1 artifact objects"), "{said}");
+    let out = macp()
+        .args(["export", &room, "--out"])
+        .arg(&again)
+        .arg("--data-dir")
+        .arg(to.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(bundle_body(&again), bundle_body(&first), "the room is not the same after the move");
+    let out =
+        macp().args(["search", &room, "connections"]).arg("--data-dir").arg(to.path()).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("orders-db-1"), "the moved room is not searchable");
+
+    let out = macp().arg("import").arg(&first).arg("--data-dir").arg(to.path()).output().unwrap();
+    assert!(!out.status.success(), "a second import of the same room is refused");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let not_bundle = files.path().join("notes.json");
+    std::fs::write(&not_bundle, br#"{"hello": "world"}"#).unwrap();
+    let out = macp().arg("import").arg(&not_bundle).arg("--data-dir").arg(to.path()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a MACP room bundle"));
+}

@@ -275,6 +275,8 @@ macro_rules! conformance_tests {
             an_expired_room_is_purged_everywhere,
             a_room_is_kept_while_open_reopened_or_held,
             a_members_only_room_does_not_exist_for_others,
+            a_room_survives_export_and_import_intact,
+            an_export_scrubs_with_the_redactor,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;
             acknowledged_writes_survive_reopen,
@@ -450,6 +452,7 @@ mod tests {
             include_str!("cases/erasure.rs"),
             include_str!("cases/retention.rs"),
             include_str!("cases/members.rs"),
+            include_str!("cases/portable.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

@@ -14,7 +14,8 @@ use crate::ddb::{Item, aws_err, code_of, get_n, get_s, n, opt_s, s};
 
 // ---------------------------------------------------------------------------------------------
 
-fn agent_item(a: &AgentSession) -> Item {
+/// An agent's item as it joins (no read position yet).
+pub(crate) fn agent_item(a: &AgentSession) -> Item {
     let mut m = HashMap::from([
         ("room_id".to_owned(), s(a.room_id.to_string())),
         ("agent_id".to_owned(), s(a.agent_id.as_str())),

@@ -14,6 +14,24 @@ use crate::store::events::lost_head;
 
 // ---------------------------------------------------------------------------------------------
 
+/// An artifact's two items: its record, and `KEY#<key>` naming it as the holder of its storage
+/// key (no two artifacts of a room share one; an erased artifact keeps its key).
+pub(crate) fn artifact_items(a: &Artifact) -> [Item; 2] {
+    let room = a.room_id.to_string();
+    [
+        HashMap::from([
+            ("room_id".to_owned(), s(room.clone())),
+            ("artifact_id".to_owned(), s(a.artifact_id.to_string())),
+            ("doc".to_owned(), json(a)),
+        ]),
+        HashMap::from([
+            ("room_id".to_owned(), s(room)),
+            ("artifact_id".to_owned(), s(format!("KEY#{}", a.key))),
+            ("holder".to_owned(), s(a.artifact_id.to_string())),
+        ]),
+    ]
+}
+
 impl AwsBackend {
     /// One attempt at [`ArtifactStore::insert_artifact`]; `None` when another write took the
     /// room's feed head first (read it again and retry).
@@ -25,16 +43,7 @@ impl AwsBackend {
     ) -> Result<Option<Write<Artifact>>> {
         let room = a.room_id;
         let head = self.event_head(room).await?;
-        let item = HashMap::from([
-            ("room_id".to_owned(), s(room.to_string())),
-            ("artifact_id".to_owned(), s(a.artifact_id.to_string())),
-            ("doc".to_owned(), json(a)),
-        ]);
-        let key_item = HashMap::from([
-            ("room_id".to_owned(), s(room.to_string())),
-            ("artifact_id".to_owned(), s(format!("KEY#{}", a.key))),
-            ("holder".to_owned(), s(a.artifact_id.to_string())),
-        ]);
+        let [item, key_item] = artifact_items(a);
         let mut items = vec![
             put(&self.names.artifacts, item, Some("attribute_not_exists(artifact_id)")),
             put(&self.names.artifacts, key_item, Some("attribute_not_exists(artifact_id)")),

@@ -12,7 +12,8 @@ use macp_core::{AgentId, Error, Result, RoomId, Timestamp};
 use crate::AwsBackend;
 use crate::ddb::*;
 
-fn claim_item(c: &Claim) -> Item {
+/// A claim's item, held or released.
+pub(crate) fn claim_item(c: &Claim) -> Item {
     let mut m = HashMap::from([
         ("room_id".to_owned(), s(c.room_id.to_string())),
         ("key".to_owned(), s(c.key.clone())),

@@ -12,7 +12,8 @@ use macp_core::{DecisionId, Error, Result, RoomId};
 use crate::AwsBackend;
 use crate::ddb::*;
 
-fn decision_item(d: &Decision) -> Item {
+/// A decision's item; `answered` marks it once it has its answer.
+pub(crate) fn decision_item(d: &Decision) -> Item {
     let mut m = HashMap::from([
         ("room_id".to_owned(), s(d.room_id.to_string())),
         ("decision_id".to_owned(), s(d.decision_id.to_string())),

@@ -18,7 +18,8 @@ use crate::store::events::lost_head;
 
 // ---------------------------------------------------------------------------------------------
 
-fn entity_item(e: &Entity, version: i64) -> Item {
+/// An entity's item at `version` (attaches and merges move it by one).
+pub(crate) fn entity_item(e: &Entity, version: i64) -> Item {
     let mut m = HashMap::from([
         ("room_id".to_owned(), s(e.room_id.to_string())),
         ("entity_id".to_owned(), s(e.entity_id.to_string())),
@@ -41,7 +42,9 @@ fn rel_key(room: RoomId, k: &RelationshipKey) -> HashMap<String, AttributeValue>
     key2("pk", format!("{room}#{}", k.source), "sk", format!("{}#{}", k.relationship_type, k.target))
 }
 
-fn rel_item(r: &Relationship, version: i64) -> Item {
+/// A relationship's item at `version` (each repeated assertion moves it by one), with the keys
+/// of its `by_target` and `by_room` indexes.
+pub(crate) fn rel_item(r: &Relationship, version: i64) -> Item {
     let room = r.room_id;
     let mut m = rel_key(room, &RelationshipKey::of(r));
     m.insert("target_pk".into(), s(format!("{room}#{}", r.target_entity_id)));
@@ -51,6 +54,15 @@ fn rel_item(r: &Relationship, version: i64) -> Item {
     m.insert("doc".into(), json(r));
     m.insert("version".into(), n(version));
     m
+}
+
+/// The item recording that `holder` holds identifier `i` in `room`.
+pub(crate) fn ident_item(room: RoomId, i: &Identifier, holder: EntityId) -> Item {
+    HashMap::from([
+        ("room_id".to_owned(), s(room.to_string())),
+        ("entity_id".to_owned(), s(ident_sk(i))),
+        ("holder".to_owned(), s(holder.to_string())),
+    ])
 }
 
 impl AwsBackend {
@@ -107,12 +119,7 @@ impl AwsBackend {
     }
 
     fn ident_put(&self, room: RoomId, i: &Identifier, holder: EntityId) -> TransactWriteItem {
-        let item = HashMap::from([
-            ("room_id".to_owned(), s(room.to_string())),
-            ("entity_id".to_owned(), s(ident_sk(i))),
-            ("holder".to_owned(), s(holder.to_string())),
-        ]);
-        put(&self.names.entities, item, Some("attribute_not_exists(entity_id)"))
+        put(&self.names.entities, ident_item(room, i, holder), Some("attribute_not_exists(entity_id)"))
     }
 }
 

@@ -34,6 +34,40 @@ pub(crate) struct Head {
     totals: BTreeMap<EventKind, u64>,
 }
 
+impl Head {
+    /// The head once an event of `kind` is appended after this one.
+    pub(crate) fn after(&self, kind: EventKind) -> Head {
+        let mut totals = self.totals.clone();
+        *totals.entry(kind).or_insert(0) += 1;
+        Head { last: self.last + 1, totals }
+    }
+
+    fn totals_json(&self) -> String {
+        serde_json::to_string(&self.totals).unwrap_or_default()
+    }
+}
+
+/// The item of `event` appended as `head.last`, `head` being the head that appending it made
+/// (its totals include the event).
+pub(crate) fn event_item(room: RoomId, head: &Head, event: &Event) -> Item {
+    let stored = event.at_seq(head.last);
+    HashMap::from([
+        ("room_id".to_owned(), s(room.to_string())),
+        ("seq".to_owned(), n(head.last)),
+        ("kind".to_owned(), s(stored.kind.as_str())),
+        ("totals".to_owned(), s(head.totals_json())),
+        ("doc".to_owned(), json(&stored)),
+    ])
+}
+
+/// The feed head's own item (`seq` 0), as appends leave it.
+pub(crate) fn head_item(room: RoomId, head: &Head) -> Item {
+    let mut m = head_key(room);
+    m.insert("last".into(), n(head.last));
+    m.insert("totals".into(), s(head.totals_json()));
+    m
+}
+
 fn totals_of(item: &Item) -> Result<BTreeMap<EventKind, u64>> {
     match opt_s(item, "totals") {
         Some(t) => serde_json::from_str(t)
@@ -66,34 +100,23 @@ impl AwsBackend {
         head: &Head,
         event: &Event,
     ) -> Result<Vec<TransactWriteItem>> {
-        let seq = head.last + 1;
-        let mut totals = head.totals.clone();
-        *totals.entry(event.kind).or_insert(0) += 1;
-        let totals = serde_json::to_string(&totals).unwrap_or_default();
+        let next = head.after(event.kind);
         let mut upd = Update::builder()
             .table_name(&self.names.events)
             .set_key(Some(head_key(room)))
             .update_expression("SET #last = :next, totals = :totals")
             .expression_attribute_names("#last", "last")
-            .expression_attribute_values(":next", n(seq))
-            .expression_attribute_values(":totals", s(totals.clone()));
+            .expression_attribute_values(":next", n(next.last))
+            .expression_attribute_values(":totals", s(next.totals_json()));
         upd = if head.last == 0 {
             upd.condition_expression("attribute_not_exists(#last)")
         } else {
             upd.condition_expression("#last = :head").expression_attribute_values(":head", n(head.last))
         };
         let upd = upd.build().map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))?;
-        let stored = event.at_seq(seq);
-        let item = HashMap::from([
-            ("room_id".to_owned(), s(room.to_string())),
-            ("seq".to_owned(), n(seq)),
-            ("kind".to_owned(), s(stored.kind.as_str())),
-            ("totals".to_owned(), s(totals)),
-            ("doc".to_owned(), json(&stored)),
-        ]);
         Ok(vec![
             TransactWriteItem::builder().update(upd).build(),
-            put(&self.names.events, item, Some("attribute_not_exists(seq)")),
+            put(&self.names.events, event_item(room, &next, event), Some("attribute_not_exists(seq)")),
         ])
     }
 }

@@ -16,7 +16,8 @@ use crate::ddb::{Item, aws_err, code_of, doc, get_n, get_s, json, n, opt_n, s};
 
 // ---------------------------------------------------------------------------------------------
 
-fn finding_item(f: &Finding, seq: u64) -> Item {
+/// A finding's item as posted, committed at `seq`.
+pub(crate) fn finding_item(f: &Finding, seq: u64) -> Item {
     let mut stored = f.clone();
     stored.seq = seq;
     let mut m = HashMap::from([
@@ -33,6 +34,22 @@ fn finding_item(f: &Finding, seq: u64) -> Item {
     }
     if f.index_status == IndexStatus::Pending {
         m.insert("pending".into(), s("1"));
+    }
+    m
+}
+
+/// A finding's item as a restore writes it: as posted, at its own `seq`, with the standing
+/// later verdicts gave it in the `standing` attribute, where `append_finding` writes a
+/// verdict's standing and `finding_of` looks first.
+pub(crate) fn restored_finding_item(f: &Finding) -> Item {
+    let mut posted = f.clone();
+    // Only an erasure rewrites the document after the post (whole, standing and all).
+    if f.erased.is_none() {
+        posted.standing = None;
+    }
+    let mut m = finding_item(&posted, f.seq);
+    if let Some(st) = &f.standing {
+        m.insert("standing".into(), json(st));
     }
     m
 }

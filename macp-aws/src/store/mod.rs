@@ -7,6 +7,7 @@ mod decisions;
 mod entities;
 mod events;
 mod findings;
+mod restore;
 mod rooms;
 mod search;
 

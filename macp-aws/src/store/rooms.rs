@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use macp_core::model::{Event, Room, RoomStatus};
-use macp_core::store::{RoomKey, RoomStore};
+use macp_core::store::{RoomKey, RoomRecord, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 
 use crate::AwsBackend;
@@ -13,7 +13,8 @@ use crate::ddb::*;
 
 // ---------------------------------------------------------------------------------------------
 
-fn room_item(r: &Room) -> Item {
+/// A new room's item: its record, with every counter at zero.
+pub(crate) fn room_item(r: &Room) -> Item {
     HashMap::from([
         ("room_id".to_owned(), s(r.room_id.to_string())),
         ("doc".to_owned(), json(r)),
@@ -23,6 +24,18 @@ fn room_item(r: &Room) -> Item {
         ("rel_count".to_owned(), n(0)),
         ("tag_counts".to_owned(), AttributeValue::M(HashMap::new())),
     ])
+}
+
+/// The attributes `room_of` reads beside the document, as `update_room` keeps them: status,
+/// version, and `closed_at` with `closed_by` while the room is closed.
+pub(crate) fn room_state(r: &Room) -> Item {
+    let mut m =
+        HashMap::from([("status".to_owned(), s(r.status.as_str())), ("version".to_owned(), n(r.version))]);
+    if let (Some(at), Some(by)) = (r.closed_at, &r.closed_by) {
+        m.insert("closed_at".into(), n(at.as_millis()));
+        m.insert("closed_by".into(), s(by.as_str()));
+    }
+    m
 }
 
 fn room_of(item: &Item) -> Result<Room> {
@@ -123,7 +136,7 @@ impl AwsBackend {
     /// One BatchWriteItem of deletes (at most 25), until nothing is left unprocessed.
     async fn batch_delete(&self, table: &str, keys: &[HashMap<String, AttributeValue>]) -> Result<()> {
         use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
-        let mut requests = keys
+        let requests = keys
             .iter()
             .map(|k| {
                 DeleteRequest::builder()
@@ -133,23 +146,26 @@ impl AwsBackend {
                     .map_err(|e| Error::backend("dynamodb", false, e.to_string(), None))
             })
             .collect::<Result<Vec<_>>>()?;
-        for attempt in 0..ATTEMPTS {
-            if requests.is_empty() {
-                return Ok(());
+        self.batch_write(table, requests, "purge a room").await
+    }
+
+    /// Puts the room's own `item` on `condition`: `already_exists` if the condition fails.
+    pub(crate) async fn put_room(&self, room_id: RoomId, item: Item, condition: &str) -> Result<()> {
+        let r = self
+            .ddb
+            .put_item()
+            .table_name(&self.names.rooms)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => {
+                Err(Error::AlreadyExists { what: "room", id: room_id.to_string() })
             }
-            let resp = self
-                .ddb
-                .batch_write_item()
-                .request_items(table, requests)
-                .send()
-                .await
-                .map_err(|e| aws_err("dynamodb", "BatchWriteItem (purge)", e))?;
-            requests = resp.unprocessed_items.and_then(|mut u| u.remove(table)).unwrap_or_default();
-            if !requests.is_empty() {
-                backoff(attempt).await;
-            }
+            Err(e) => Err(aws_err("dynamodb", "PutItem", e)),
         }
-        Err(gave_up("purge a room"))
     }
 }
 
@@ -182,21 +198,11 @@ impl RoomStore for AwsBackend {
     }
 
     async fn insert_room(&self, room: &Room) -> Result<()> {
-        let r = self
-            .ddb
-            .put_item()
-            .table_name(&self.names.rooms)
-            .set_item(Some(room_item(room)))
-            .condition_expression("attribute_not_exists(room_id)")
-            .send()
-            .await;
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => {
-                Err(Error::AlreadyExists { what: "room", id: room.room_id.to_string() })
-            }
-            Err(e) => Err(aws_err("dynamodb", "PutItem", e)),
-        }
+        self.put_room(room.room_id, room_item(room), "attribute_not_exists(room_id)").await
+    }
+
+    async fn restore_room(&self, record: &RoomRecord) -> Result<()> {
+        self.restore(record).await
     }
 
     async fn get_room(&self, room_id: RoomId) -> Result<Option<Room>> {
@@ -216,24 +222,23 @@ impl RoomStore for AwsBackend {
         } else {
             "attribute_exists(room_id) AND version = :old"
         };
-        let mut expr = String::from("SET doc = :doc, #st = :status, version = :v");
+        let state = room_state(room);
         let mut upd = Update::builder()
             .table_name(&self.names.rooms)
             .key("room_id", s(room_id.to_string()))
             .condition_expression(condition)
-            .expression_attribute_names("#st", "status")
             .expression_attribute_values(":doc", json(room))
-            .expression_attribute_values(":status", s(room.status.as_str()))
-            .expression_attribute_values(":v", n(room.version))
             .expression_attribute_values(":old", n(old));
-        match (room.closed_at, &room.closed_by) {
-            (Some(at), Some(by)) => {
-                expr.push_str(", closed_at = :at, closed_by = :by");
-                upd = upd
-                    .expression_attribute_values(":at", n(at.as_millis()))
-                    .expression_attribute_values(":by", s(by.as_str()));
-            }
-            _ => expr.push_str(" REMOVE closed_at, closed_by"),
+        let mut sets = vec!["doc = :doc".to_owned()];
+        for (k, v) in &state {
+            sets.push(format!("#{k} = :{k}"));
+            upd = upd
+                .expression_attribute_names(format!("#{k}"), k)
+                .expression_attribute_values(format!(":{k}"), v.clone());
+        }
+        let mut expr = format!("SET {}", sets.join(", "));
+        if !state.contains_key("closed_at") {
+            expr.push_str(" REMOVE closed_at, closed_by");
         }
         let upd = upd
             .update_expression(expr)

@@ -118,7 +118,7 @@ fn members(field: &str, names: &[String]) -> Result<Vec<UserId>> {
 pub const MAX_RETENTION_DAYS: u32 = 3650;
 
 /// A room's retention in days, checked.
-fn retention(days: u32) -> Result<u32> {
+pub(super) fn retention(days: u32) -> Result<u32> {
     if days > MAX_RETENTION_DAYS {
         return Err(Error::InvalidInput {
             field: "retention_days".into(),

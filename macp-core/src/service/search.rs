@@ -233,7 +233,7 @@ impl Drop for ReconcilerHandle {
 }
 
 impl Macp {
-    fn search_parts(&self) -> Option<&Search> {
+    pub(super) fn search_parts(&self) -> Option<&Search> {
         self.inner.search.as_ref()
     }
 
@@ -257,7 +257,7 @@ impl Macp {
     }
 
     /// Embeds and indexes findings, then flips them to `indexed`. Returns the ids indexed.
-    async fn index_findings(&self, findings: &[Finding]) -> Result<Vec<FindingId>> {
+    pub(super) async fn index_findings(&self, findings: &[Finding]) -> Result<Vec<FindingId>> {
         let Some(s) = self.search_parts() else { return Ok(Vec::new()) };
         self.verify_index().await?;
         let reserved = s.reserve(findings.iter().map(|f| f.finding_id));

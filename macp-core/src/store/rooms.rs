@@ -1,10 +1,14 @@
 //! Rooms.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::ids::{RoomId, Timestamp};
-use crate::model::{Event, Room, RoomStatus};
+use crate::ids::{AgentId, EntityId, RoomId, Timestamp};
+use crate::model::{
+    AgentSession, Artifact, Claim, Decision, Entity, Event, Finding, Identifier, Relationship, Room,
+    RoomStatus,
+};
 
 /// Position in the room listing (newest first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +17,56 @@ pub struct RoomKey {
     pub created_at: Timestamp,
     /// Tie-breaker.
     pub room_id: RoomId,
+}
+
+/// A room's whole record as a store keeps it: what [`RoomStore::restore_room`] writes and
+/// [`Macp::export_room`](crate::Macp::export_room) reads. Every list is in a fixed order (given
+/// on each field), so that two stores holding the same room give the same record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomRecord {
+    /// The room, with its steering record, version, retention and members.
+    pub room: Room,
+    /// Its agents, by `agent_id`.
+    pub agents: Vec<AgentSession>,
+    /// Agents' read positions in the feed (those past 0), by `agent_id`.
+    pub read_positions: Vec<ReadPosition>,
+    /// Its findings, by `seq` (1, 2, 3, …: gap-free), erased ones as notices.
+    pub findings: Vec<Finding>,
+    /// Its entities, merged ones too, by `entity_id`.
+    pub entities: Vec<Entity>,
+    /// Which entity holds each identifier (merges leave identifiers where they are), by
+    /// identifier.
+    pub identifiers: Vec<HeldIdentifier>,
+    /// Its relationships, by `(source, type, target)`.
+    pub relationships: Vec<Relationship>,
+    /// Its artifacts' records, by `artifact_id` (the bytes travel beside the record).
+    pub artifacts: Vec<Artifact>,
+    /// The claims on work held when the record was read, oldest first (released and lapsed
+    /// ones are in the feed).
+    pub claims: Vec<Claim>,
+    /// Its decisions, by `decision_id`.
+    pub decisions: Vec<Decision>,
+    /// Its feed, by `seq` (1, 2, 3, …: gap-free).
+    pub events: Vec<Event>,
+}
+
+/// An agent's read position (see [`EventStore::read_position`](crate::store::EventStore::read_position)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadPosition {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// The highest event `seq` it acknowledged.
+    pub seq: u64,
+}
+
+/// An identifier and the entity holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldIdentifier {
+    /// The identifier.
+    #[serde(flatten)]
+    pub identifier: Identifier,
+    /// The entity that holds it (possibly merged into another since).
+    pub entity_id: EntityId,
 }
 
 /// Rooms, newest first.
@@ -45,6 +99,18 @@ pub trait RoomStore: Send + Sync {
     /// gone (or never was) succeeds. Need not be atomic: a purge cut short is finished by the
     /// next one, so the room record goes last.
     async fn purge_room(&self, room_id: RoomId) -> Result<()>;
+
+    /// Writes a whole room recorded elsewhere (an imported bundle) as given: every record with
+    /// its ids, authors, timestamps, `seq`s and versions, the identifiers held as
+    /// `record.identifiers` says, read positions, and counters such that the next finding gets
+    /// `seq` = the last finding's + 1 and the next event the last event's + 1. Findings enter the
+    /// store's keyword search (erased ones excepted); vectors are the service's to write.
+    ///
+    /// Contract: `already_exists`, having written nothing, if the room exists. Need not be
+    /// atomic, but the room's own record goes last, so that until the call returns the room
+    /// does not exist for readers; records left by an earlier restore of the same room that was
+    /// cut short are replaced.
+    async fn restore_room(&self, record: &RoomRecord) -> Result<()>;
 
     /// Lists rooms ordered by `(created_at, room_id)` descending, starting strictly after
     /// `after` when given, filtered by `status` when given, at most `limit`.

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use macp_core::model::{AgentSession, AgentStatus, Event};
 use macp_core::store::{AgentStore, AgentUpdate, Insert};
 use macp_core::{AgentId, Result, RoomId, Timestamp, UserId};
-use rusqlite::{Row, params};
+use rusqlite::{Connection, Row, params};
 
 use crate::db::*;
 use crate::store::append_event;
@@ -28,6 +28,27 @@ fn agent_from_row(r: &Row<'_>) -> Result<AgentSession> {
     })
 }
 
+/// Writes an agent's row (a join, or a restore).
+pub(crate) fn insert_agent_row(c: &Connection, s: &AgentSession) -> Result<()> {
+    exec(
+        c,
+        &format!("INSERT INTO agent_sessions ({AGENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        params![
+            s.room_id.to_string(),
+            s.agent_id.as_str(),
+            s.user_id.as_str(),
+            s.joined_at.as_millis(),
+            s.last_active.as_millis(),
+            s.agent_type,
+            s.agent_status.as_str(),
+            s.status_reason,
+            s.status_updated_at.as_millis(),
+        ],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
 #[async_trait]
 impl AgentStore for SqliteStore {
     async fn insert_agent(&self, s: &AgentSession, event: &Event) -> Result<Insert<AgentSession>> {
@@ -39,22 +60,7 @@ impl AgentStore for SqliteStore {
             {
                 return Ok(Insert::Existing(existing));
             }
-            exec(
-                c,
-                &format!("INSERT INTO agent_sessions ({AGENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                params![
-                    s.room_id.to_string(),
-                    s.agent_id.as_str(),
-                    s.user_id.as_str(),
-                    s.joined_at.as_millis(),
-                    s.last_active.as_millis(),
-                    s.agent_type,
-                    s.agent_status.as_str(),
-                    s.status_reason,
-                    s.status_updated_at.as_millis(),
-                ],
-            )
-            .map_err(sql_err)?;
+            insert_agent_row(c, &s)?;
             append_event(c, s.room_id, &event)?;
             let cached = s.clone();
             fx.then(move |caches| {

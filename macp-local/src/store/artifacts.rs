@@ -5,7 +5,7 @@ use macp_core::model::{Artifact, Erasure, Event};
 use macp_core::store::{ArtifactQuery, ArtifactStore, IdempotencyKey, Write};
 use macp_core::{AgentId, ArtifactId, Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::db::*;
 use crate::store::append_event;
@@ -32,6 +32,38 @@ fn artifact_from_row(r: &Row<'_>) -> Result<Artifact> {
     })
 }
 
+/// Writes an artifact's row (a registration, or a restore); `already_exists` if the room has
+/// one with the same key.
+pub(crate) fn insert_artifact_row(tx: &Connection, a: &Artifact) -> Result<()> {
+    exec(
+        tx,
+        &format!("INSERT INTO artifacts ({ARTIFACT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        params![
+            a.room_id.to_string(),
+            a.artifact_id.to_string(),
+            a.key,
+            a.content_type,
+            a.size as i64,
+            a.uploaded_by.as_str(),
+            a.agent_id.as_str(),
+            a.uploaded_at.as_millis(),
+            a.description,
+            to_json(&a.linked_finding_ids),
+            to_json(&a.linked_entity_ids),
+            a.idempotency_key,
+            a.erased.as_ref().map(to_json),
+        ],
+    )
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            Error::AlreadyExists { what: "artifact with key", id: a.key.clone() }
+        } else {
+            sql_err(e)
+        }
+    })?;
+    Ok(())
+}
+
 #[async_trait]
 impl ArtifactStore for SqliteStore {
     async fn insert_artifact(
@@ -46,34 +78,7 @@ impl ArtifactStore for SqliteStore {
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
                 return Ok(Write::Replayed(rec));
             }
-            exec(
-                tx,
-                &format!(
-                    "INSERT INTO artifacts ({ARTIFACT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                ),
-                params![
-                    room,
-                    a.artifact_id.to_string(),
-                    a.key,
-                    a.content_type,
-                    a.size as i64,
-                    a.uploaded_by.as_str(),
-                    a.agent_id.as_str(),
-                    a.uploaded_at.as_millis(),
-                    a.description,
-                    to_json(&a.linked_finding_ids),
-                    to_json(&a.linked_entity_ids),
-                    a.idempotency_key,
-                    a.erased.as_ref().map(to_json),
-                ],
-            )
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    Error::AlreadyExists { what: "artifact with key", id: a.key.clone() }
-                } else {
-                    sql_err(e)
-                }
-            })?;
+            insert_artifact_row(tx, &a)?;
             append_event(tx, a.room_id, &event)?;
             record_key(tx, &room, idempotency.as_ref())?;
             Ok(Write::Applied(a))

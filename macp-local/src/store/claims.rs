@@ -20,7 +20,7 @@ fn claim_in(tx: &Connection, room: &str, key: &str) -> Result<Option<Claim>> {
     Ok(docs.into_iter().next())
 }
 
-fn store_claim(tx: &Connection, c: &Claim) -> Result<()> {
+pub(crate) fn store_claim(tx: &Connection, c: &Claim) -> Result<()> {
     exec(
         tx,
         "INSERT INTO claims (room_id, key, agent_id, expires_at, released_at, claimed_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?)

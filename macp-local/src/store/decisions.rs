@@ -4,23 +4,29 @@ use async_trait::async_trait;
 use macp_core::model::{Answer, Decision, Event};
 use macp_core::store::DecisionStore;
 use macp_core::{DecisionId, Result, RoomId};
-use rusqlite::params;
+use rusqlite::{Connection, params};
 
 use crate::db::*;
 use crate::store::append_event;
 use crate::writer::Sync;
+
+/// Writes a decision's row (a question, or a restore of one answered or not).
+pub(crate) fn insert_decision_row(tx: &Connection, d: &Decision) -> Result<()> {
+    exec(
+        tx,
+        "INSERT INTO decisions (room_id, decision_id, answered, doc) VALUES (?, ?, ?, ?)",
+        params![d.room_id.to_string(), d.decision_id.to_string(), d.answer.is_some() as i64, to_json(d)],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
 
 #[async_trait]
 impl DecisionStore for SqliteStore {
     async fn insert_decision(&self, d: &Decision, event: &Event) -> Result<()> {
         let (d, event) = (d.clone(), event.clone());
         self.write(Sync::Durable, move |tx, _| {
-            exec(
-                tx,
-                "INSERT INTO decisions (room_id, decision_id, answered, doc) VALUES (?, ?, 0, ?)",
-                params![d.room_id.to_string(), d.decision_id.to_string(), to_json(&d)],
-            )
-            .map_err(sql_err)?;
+            insert_decision_row(tx, &d)?;
             append_event(tx, d.room_id, &event)
         })
         .await

@@ -72,6 +72,66 @@ fn entity_in(tx: &Connection, room: &str, id: EntityId) -> Result<Option<Entity>
     Ok(query_all(tx, &sql, &[text(room), text(id)], entity_from_row)?.pop())
 }
 
+/// Writes an entity's row (a create, or a restore).
+pub(crate) fn insert_entity_row(tx: &Connection, e: &Entity) -> Result<()> {
+    exec(
+        tx,
+        &format!("INSERT INTO entities ({ENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        params![
+            e.room_id.to_string(),
+            e.entity_id.to_string(),
+            e.name,
+            e.entity_type.as_str(),
+            to_json(&e.identifiers),
+            to_json(&e.properties),
+            e.created_by.as_str(),
+            e.agent_id.as_str(),
+            e.created_at.as_millis(),
+            e.merged_into.map(|m| m.to_string()),
+        ],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Records that `entity_id` holds `i`.
+pub(crate) fn insert_holder_row(
+    tx: &Connection,
+    room_id: RoomId,
+    i: &Identifier,
+    entity_id: EntityId,
+) -> Result<()> {
+    exec(
+        tx,
+        "INSERT INTO identifier_holders (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
+        params![room_id.to_string(), i.id_type, i.value, entity_id.to_string()],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Writes a relationship's row (a first assertion, or a restore).
+pub(crate) fn insert_relationship_row(tx: &Connection, rel: &Relationship) -> Result<()> {
+    exec(
+        tx,
+        &format!("INSERT INTO relationships ({REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        params![
+            rel.room_id.to_string(),
+            rel.source_entity_id.to_string(),
+            rel.relationship_type,
+            rel.target_entity_id.to_string(),
+            rel.description,
+            to_json(&rel.evidence),
+            rel.created_at.as_millis(),
+            rel.agent_id.as_str(),
+            rel.user_id.as_str(),
+            rel.idempotency_key,
+        ],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
 #[async_trait]
 impl EntityStore for SqliteStore {
     async fn create_entity(
@@ -90,28 +150,9 @@ impl EntityStore for SqliteStore {
             if !taken.is_empty() {
                 return Ok(CreateOutcome::IdentifiersTaken(taken));
             }
-            exec(tx,
-                &format!("INSERT INTO entities ({ENTITY_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                params![
-                    room,
-                    e.entity_id.to_string(),
-                    e.name,
-                    e.entity_type.as_str(),
-                    to_json(&e.identifiers),
-                    to_json(&e.properties),
-                    e.created_by.as_str(),
-                    e.agent_id.as_str(),
-                    e.created_at.as_millis(),
-                    e.merged_into.map(|m| m.to_string()),
-                ],
-            )
-            .map_err(sql_err)?;
+            insert_entity_row(tx, &e)?;
             for i in &e.identifiers {
-                exec(tx,
-                    "INSERT INTO identifier_holders (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
-                    params![room, i.id_type, i.value, e.entity_id.to_string()],
-                )
-                .map_err(sql_err)?;
+                insert_holder_row(tx, e.room_id, i, e.entity_id)?;
             }
             append_event(tx, e.room_id, &event)?;
             record_key(tx, &room, idempotency.as_ref())?;
@@ -136,7 +177,8 @@ impl EntityStore for SqliteStore {
             if let Some(rec) = existing_key(tx, &room, idempotency.as_ref())? {
                 return Ok(AttachOutcome::Replayed(rec));
             }
-            let mut entity = entity_in(tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
+            let mut entity =
+                entity_in(tx, &room, entity_id)?.ok_or_else(|| Error::not_found("entity", entity_id))?;
             let taken = holders_of(tx, &room, &identifiers)?;
             let mut held_elsewhere = Vec::new();
             let mut added = Vec::new();
@@ -145,11 +187,7 @@ impl EntityStore for SqliteStore {
                     Some((_, holder)) if *holder != entity_id => held_elsewhere.push((i.clone(), *holder)),
                     Some(_) => {}
                     None => {
-                        exec(tx,
-                            "INSERT INTO identifier_holders (room_id, id_type, id_value, entity_id) VALUES (?, ?, ?, ?)",
-                            params![room, i.id_type, i.value, entity_id.to_string()],
-                        )
-                        .map_err(sql_err)?;
+                        insert_holder_row(tx, room_id, i, entity_id)?;
                         added.push(i.clone());
                     }
                 }
@@ -160,9 +198,15 @@ impl EntityStore for SqliteStore {
             if entity != before {
                 append_event(tx, room_id, &event)?;
             }
-            exec(tx,
+            exec(
+                tx,
                 "UPDATE entities SET identifiers = ?, properties = ? WHERE room_id = ? AND entity_id = ?",
-                params![to_json(&entity.identifiers), to_json(&entity.properties), room, entity_id.to_string()],
+                params![
+                    to_json(&entity.identifiers),
+                    to_json(&entity.properties),
+                    room,
+                    entity_id.to_string()
+                ],
             )
             .map_err(sql_err)?;
             record_key(tx, &room, idempotency.as_ref())?;
@@ -307,22 +351,7 @@ impl EntityStore for SqliteStore {
                     (existing, false)
                 }
                 None => {
-                    exec(tx,
-                        &format!("INSERT INTO relationships ({REL_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                        params![
-                            room,
-                            rel.source_entity_id.to_string(),
-                            rel.relationship_type,
-                            rel.target_entity_id.to_string(),
-                            rel.description,
-                            to_json(&rel.evidence),
-                            rel.created_at.as_millis(),
-                            rel.agent_id.as_str(),
-                            rel.user_id.as_str(),
-                            rel.idempotency_key,
-                        ],
-                    )
-                    .map_err(sql_err)?;
+                    insert_relationship_row(tx, &rel)?;
                     append_event(tx, rel.room_id, &event)?;
                     (rel, true)
                 }

@@ -41,12 +41,19 @@ pub(crate) fn append_event(tx: &Connection, room_id: RoomId, event: &Event) -> R
         .and_then(|mut st| st.query_row(params![room], |r| r.get(0)).optional())
         .map_err(sql_err)?
         .ok_or_else(|| Error::not_found("room", &room))?;
+    insert_event_row(tx, room_id, seq as u64, event)?;
+    Ok(seq as u64)
+}
+
+/// Writes an event's row at `seq` (its own `seq` is ignored; the room's counter is the
+/// caller's).
+pub(crate) fn insert_event_row(tx: &Connection, room_id: RoomId, seq: u64, event: &Event) -> Result<()> {
     exec(
         tx,
         &format!("INSERT INTO events (room_id, {EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
         params![
-            room,
-            seq,
+            room_id.to_string(),
+            seq as i64,
             event.kind.as_str(),
             event.at.as_millis(),
             event.user_id.as_str(),
@@ -58,7 +65,7 @@ pub(crate) fn append_event(tx: &Connection, room_id: RoomId, event: &Event) -> R
         ],
     )
     .map_err(sql_err)?;
-    Ok(seq as u64)
+    Ok(())
 }
 
 #[async_trait]

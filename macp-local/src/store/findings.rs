@@ -311,26 +311,10 @@ impl FindingStore for SqliteStore {
     }
 }
 
-/// Appends a finding inside the caller's transaction (see [`FindingStore::append_finding`]).
-fn append(
-    tx: &Connection,
-    f: Finding,
-    idempotency: Option<&IdempotencyKey>,
-    event: &Event,
-    fx: &mut Effects,
-) -> Result<Write<Finding>> {
+/// Writes a finding's rows at `seq` (its own `seq` is ignored): the finding, its tags with the
+/// room's tag counts, and which entities it names. The room's counters are the caller's.
+pub(crate) fn insert_finding_rows(tx: &Connection, f: &Finding, seq: i64) -> Result<()> {
     let room = f.room_id.to_string();
-    if let Some(rec) = existing_key(tx, &room, idempotency)? {
-        return Ok(Write::Replayed(rec));
-    }
-    // The sequence is bumped inside the write transaction, so seq order is commit order.
-    let seq: i64 = tx
-        .prepare_cached(
-            "UPDATE rooms SET last_seq = last_seq + 1, last_finding_at = ? WHERE room_id = ? RETURNING last_seq",
-        )
-        .and_then(|mut st| st.query_row(params![f.created_at.as_millis(), room], |r| r.get(0)).optional())
-        .map_err(sql_err)?
-        .ok_or_else(|| Error::not_found("room", &room))?;
     tx.prepare_cached(&format!(
         "INSERT INTO findings ({FINDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
@@ -375,6 +359,30 @@ fn append(
         .and_then(|mut st| st.execute(params![room, e.to_string(), seq]))
         .map_err(sql_err)?;
     }
+    Ok(())
+}
+
+/// Appends a finding inside the caller's transaction (see [`FindingStore::append_finding`]).
+fn append(
+    tx: &Connection,
+    f: Finding,
+    idempotency: Option<&IdempotencyKey>,
+    event: &Event,
+    fx: &mut Effects,
+) -> Result<Write<Finding>> {
+    let room = f.room_id.to_string();
+    if let Some(rec) = existing_key(tx, &room, idempotency)? {
+        return Ok(Write::Replayed(rec));
+    }
+    // The sequence is bumped inside the write transaction, so seq order is commit order.
+    let seq: i64 = tx
+        .prepare_cached(
+            "UPDATE rooms SET last_seq = last_seq + 1, last_finding_at = ? WHERE room_id = ? RETURNING last_seq",
+        )
+        .and_then(|mut st| st.query_row(params![f.created_at.as_millis(), room], |r| r.get(0)).optional())
+        .map_err(sql_err)?
+        .ok_or_else(|| Error::not_found("room", &room))?;
+    insert_finding_rows(tx, &f, seq)?;
     if let Some((on, standing)) = f.standing_given() {
         tx.prepare_cached("UPDATE findings SET standing = ? WHERE room_id = ? AND finding_id = ?")
             .and_then(|mut st| st.execute(params![to_json(&standing), room, on.to_string()]))

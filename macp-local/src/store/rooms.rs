@@ -4,14 +4,21 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use macp_core::model::{Event, Marker, ObjectiveChange, Resolution, Room, RoomStatus, VisibilityMode};
-use macp_core::store::{RoomKey, RoomStore};
+use macp_core::store::{RoomKey, RoomRecord, RoomStore};
 use macp_core::{Error, Result, RoomId, Timestamp, UserId};
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use crate::db::*;
+use crate::store::agents::insert_agent_row;
 use crate::store::append_event;
+use crate::store::artifacts::insert_artifact_row;
+use crate::store::claims::store_claim;
+use crate::store::decisions::insert_decision_row;
+use crate::store::entities::{insert_entity_row, insert_holder_row, insert_relationship_row};
+use crate::store::events::insert_event_row;
+use crate::store::findings::insert_finding_rows;
 use crate::writer::Sync;
 
 /// How long a room read from the database is served from memory. This store's own writes
@@ -98,6 +105,36 @@ pub(crate) const PURGED_TABLES: &[&str] = &[
     "rooms",
 ];
 
+/// Writes a room's row; `already_exists` if the id is taken.
+fn insert_room_row(c: &Connection, room: &Room) -> Result<()> {
+    exec(
+        c,
+        &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+        params![
+            room.room_id.to_string(),
+            room.name,
+            room.objective,
+            room.visibility_mode.as_str(),
+            room.created_at.as_millis(),
+            room.created_by.as_str(),
+            to_json(&room.tags),
+            room.status.as_str(),
+            room.closed_at.map(|t| t.as_millis()),
+            room.closed_by.as_ref().map(|u| u.as_str().to_owned()),
+            record_of(room),
+            room.version as i64,
+        ],
+    )
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            Error::AlreadyExists { what: "room", id: room.room_id.to_string() }
+        } else {
+            sql_err(e)
+        }
+    })?;
+    Ok(())
+}
+
 #[async_trait]
 impl RoomStore for SqliteStore {
     async fn purge_room(&self, room_id: RoomId) -> Result<()> {
@@ -122,34 +159,75 @@ impl RoomStore for SqliteStore {
         self.scrub().await
     }
 
+    async fn restore_room(&self, record: &RoomRecord) -> Result<()> {
+        let record = record.clone();
+        // One transaction: all of the room or none of it.
+        self.write(Sync::Durable, move |tx, fx| {
+            let r = &record;
+            let room_id = r.room.room_id;
+            insert_room_row(tx, &r.room)?;
+            for a in &r.agents {
+                insert_agent_row(tx, a)?;
+            }
+            for p in &r.read_positions {
+                exec(
+                    tx,
+                    "INSERT INTO read_positions (room_id, agent_id, seq) VALUES (?, ?, ?)",
+                    params![room_id.to_string(), p.agent_id.as_str(), p.seq as i64],
+                )
+                .map_err(sql_err)?;
+            }
+            for f in &r.findings {
+                insert_finding_rows(tx, f, f.seq as i64)?;
+            }
+            for e in &r.entities {
+                insert_entity_row(tx, e)?;
+            }
+            for h in &r.identifiers {
+                insert_holder_row(tx, room_id, &h.identifier, h.entity_id)?;
+            }
+            for x in &r.relationships {
+                insert_relationship_row(tx, x)?;
+            }
+            for a in &r.artifacts {
+                insert_artifact_row(tx, a)?;
+            }
+            for c in &r.claims {
+                store_claim(tx, c)?;
+            }
+            for d in &r.decisions {
+                insert_decision_row(tx, d)?;
+            }
+            for e in &r.events {
+                insert_event_row(tx, room_id, e.seq, e)?;
+            }
+            // The counters the next append continues from.
+            exec(
+                tx,
+                "UPDATE rooms SET last_seq = ?, last_finding_at = ?, last_event = ? WHERE room_id = ?",
+                params![
+                    r.findings.len() as i64,
+                    r.findings.last().map(|f| f.created_at.as_millis()),
+                    r.events.len() as i64,
+                    room_id.to_string()
+                ],
+            )
+            .map_err(sql_err)?;
+            let room = r.room.clone();
+            fx.then(move |caches| {
+                caches.keywords.forget(room_id);
+                caches.vectors.forget(room_id);
+                lock(&caches.rooms).insert(room_id, (room, Instant::now()));
+            });
+            Ok(())
+        })
+        .await
+    }
+
     async fn insert_room(&self, room: &Room) -> Result<()> {
         let room = room.clone();
         self.write(Sync::Durable, move |c, fx| {
-            exec(
-                c,
-                &format!("INSERT INTO rooms ({ROOM_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                params![
-                    room.room_id.to_string(),
-                    room.name,
-                    room.objective,
-                    room.visibility_mode.as_str(),
-                    room.created_at.as_millis(),
-                    room.created_by.as_str(),
-                    to_json(&room.tags),
-                    room.status.as_str(),
-                    room.closed_at.map(|t| t.as_millis()),
-                    room.closed_by.as_ref().map(|u| u.as_str().to_owned()),
-                    record_of(&room),
-                    room.version as i64,
-                ],
-            )
-            .map_err(|e| {
-                if is_unique_violation(&e) {
-                    Error::AlreadyExists { what: "room", id: room.room_id.to_string() }
-                } else {
-                    sql_err(e)
-                }
-            })?;
+            insert_room_row(c, &room)?;
             fx.then(move |caches| {
                 lock(&caches.rooms).insert(room.room_id, (room, Instant::now()));
             });

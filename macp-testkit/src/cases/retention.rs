@@ -17,7 +17,7 @@ const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// A service over everything the backend has (vectors, artifacts), with a clock to move and a
 /// server default retention of `default_days`.
-fn service(backend: &Backend, clock: Arc<ManualClock>, default_days: u32) -> Macp {
+pub(crate) fn service(backend: &Backend, clock: Arc<ManualClock>, default_days: u32) -> Macp {
     let mut b =
         Macp::builder().store(backend.store.clone()).clock(clock).default_retention_days(default_days);
     if let Some(index) = &backend.vector_index {
@@ -34,7 +34,7 @@ fn service(backend: &Backend, clock: Arc<ManualClock>, default_days: u32) -> Mac
 /// A room with something of every kind in it: findings (keyed, tagged, a reply, entity refs),
 /// an entity with an identifier, a relationship, a claim, a decision, an artifact where the
 /// backend stores them, and the agent's read position.
-async fn fill(
+pub(crate) async fn fill(
     m: &Macp,
     backend: &Backend,
     who: &Principal,

@@ -1,0 +1,499 @@
+//! The portable record: a room as a self-describing, versioned bundle that any backend can
+//! restore with its ids, authorship, timestamps and order intact. It is how a room moves from
+//! one backend to another (the embedded default to AWS and back), and the postmortem archive.
+//!
+//! Export and import are an operator's acts, like a backup: whoever runs them holds the storage
+//! credentials already, so they read and write rooms whatever their membership. Neither is
+//! offered to agents or the web view.
+//!
+//! What a bundle does not carry, on purpose: vectors and whether each finding was indexed (live
+//! findings say `pending`: the importing server embeds them with its own model, as `reindex`
+//! would), idempotency keys' records (retry protection lasts
+//! minutes; a restored room accepts a retried key as new), released and lapsed claims (their
+//! claims and releases are in the feed), and uploads never registered.
+
+use std::collections::HashSet;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::model::{Finding, IndexStatus};
+use crate::redact::{Redact, Redactions, Redactor};
+use crate::store::{ArtifactQuery, FindingQuery, HeldIdentifier, ReadPosition, RelationshipKey, RoomRecord};
+
+/// The `format` of every bundle.
+pub const BUNDLE_FORMAT: &str = "macp-room-bundle";
+/// The bundle version this build writes, and the newest it reads.
+pub const BUNDLE_VERSION: u32 = 1;
+
+/// How many times an export reads a room that keeps changing under it before giving up.
+const EXPORT_ATTEMPTS: usize = 3;
+/// Page size of the reads an export makes.
+const PAGE: usize = 500;
+
+/// A room, portable: the record, the artifacts' bytes, and what wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomBundle {
+    /// Always [`BUNDLE_FORMAT`]: what the file is.
+    pub format: String,
+    /// [`BUNDLE_VERSION`] when written by this build.
+    pub version: u32,
+    /// When it was exported.
+    pub exported_at: Timestamp,
+    /// The backend it came from (`sqlite`, `aws`, …).
+    pub exported_from: String,
+    /// What the export's scrub redacted, by kind; absent when the export did not scrub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrubbed: Option<Redactions>,
+    /// The room's record.
+    pub record: RoomRecord,
+    /// The bytes of every artifact the record lists and still holds (erased ones have none),
+    /// by key.
+    pub objects: Vec<StoredObject>,
+}
+
+/// An artifact's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredObject {
+    /// Its key (under the room's prefix).
+    pub key: String,
+    /// Its MIME type.
+    pub content_type: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub base64: String,
+}
+
+/// What [`Macp::import_room`] restored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportReport {
+    /// The room.
+    pub room_id: RoomId,
+    /// Findings restored.
+    pub findings: u64,
+    /// Of those, indexed for search by this server's embedder.
+    pub indexed: u64,
+    /// Events restored.
+    pub events: u64,
+    /// Entities restored (merged ones included).
+    pub entities: u64,
+    /// Artifact objects written.
+    pub objects: u64,
+    /// When the room will be purged (a closed room with a retention), as it now stands here;
+    /// `None`: kept for good, or open.
+    pub expires_at: Option<Timestamp>,
+}
+
+impl Macp {
+    /// The room's whole record and its artifacts' bytes, as a bundle (see the module docs).
+    /// With `scrub`, every text of the record (and every text artifact) passes this server's
+    /// redactor on the way out, so that patterns added since the room was written apply too.
+    ///
+    /// The room should be quiet (closed, say): a room that keeps changing while it is read is
+    /// refused with a retryable `conflict` rather than exported half-old, half-new.
+    pub async fn export_room(&self, room_id: RoomId, scrub: bool) -> Result<RoomBundle> {
+        let store = &self.inner.store;
+        for _ in 0..EXPORT_ATTEMPTS {
+            let before = store.last_event_seq(room_id).await?;
+            let record = self.read_record(room_id).await?;
+            let objects = self.read_objects(&record).await?;
+            if store.last_event_seq(room_id).await? != before {
+                continue;
+            }
+            let mut bundle = RoomBundle {
+                format: BUNDLE_FORMAT.into(),
+                version: BUNDLE_VERSION,
+                exported_at: self.now(),
+                exported_from: store.name().into(),
+                scrubbed: None,
+                record,
+                objects,
+            };
+            if scrub {
+                let mut found = Redactions::default();
+                bundle.redact(&self.inner.redactor, &mut found)?;
+                bundle.scrubbed = Some(found);
+            }
+            return Ok(bundle);
+        }
+        Err(Error::conflict(format!(
+            "room {room_id} changed {EXPORT_ATTEMPTS} times while it was being exported; \
+             export it once it is quiet (closed, for example)"
+        )))
+    }
+
+    async fn read_record(&self, room_id: RoomId) -> Result<RoomRecord> {
+        let store = &self.inner.store;
+        let room = store.get_room(room_id).await?.ok_or_else(|| Error::not_found("room", room_id))?;
+        let mut agents = store.list_agents(room_id).await?;
+        agents.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        let mut read_positions = Vec::new();
+        for a in &agents {
+            let seq = store.read_position(room_id, &a.agent_id).await?;
+            if seq > 0 {
+                read_positions.push(ReadPosition { agent_id: a.agent_id.clone(), seq });
+            }
+        }
+        let mut findings: Vec<Finding> = Vec::new();
+        loop {
+            let after = findings.last().map_or(0, |f| f.seq);
+            let page = store.list_findings(room_id, &FindingQuery::after(after, PAGE)).await?;
+            let done = page.len() < PAGE;
+            findings.extend(page);
+            if done {
+                break;
+            }
+        }
+        unindexed(&mut findings);
+        let mut entities: Vec<crate::model::Entity> = Vec::new();
+        loop {
+            let after = entities.last().map(|e| e.entity_id);
+            let page = store.list_entities(room_id, after, PAGE).await?;
+            let done = page.len() < PAGE;
+            entities.extend(page);
+            if done {
+                break;
+            }
+        }
+        let mut wanted: Vec<_> = entities.iter().flat_map(|e| e.identifiers.iter().cloned()).collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut identifiers = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(100) {
+            for (identifier, entity_id) in store.find_identifiers(room_id, chunk).await? {
+                identifiers.push(HeldIdentifier { identifier, entity_id });
+            }
+        }
+        identifiers.sort_by(|a, b| a.identifier.cmp(&b.identifier));
+        let mut relationships: Vec<crate::model::Relationship> = Vec::new();
+        loop {
+            let after = relationships.last().map(RelationshipKey::of);
+            let page = store.list_relationships(room_id, after.as_ref(), PAGE).await?;
+            let done = page.len() < PAGE;
+            relationships.extend(page);
+            if done {
+                break;
+            }
+        }
+        let mut artifacts: Vec<crate::model::Artifact> = Vec::new();
+        loop {
+            let q = ArtifactQuery {
+                after: artifacts.last().map(|a| a.artifact_id),
+                limit: PAGE,
+                ..ArtifactQuery::default()
+            };
+            let page = store.list_artifacts(room_id, &q).await?;
+            let done = page.len() < PAGE;
+            artifacts.extend(page);
+            if done {
+                break;
+            }
+        }
+        let claims = store.list_claims(room_id, self.now()).await?;
+        let mut decisions = store.list_decisions(room_id, false).await?;
+        decisions.sort_by_key(|d| d.decision_id);
+        let mut events: Vec<crate::model::Event> = Vec::new();
+        loop {
+            let after = events.last().map_or(0, |e| e.seq);
+            let page = store.list_events(room_id, after, &[], PAGE).await?;
+            let done = page.len() < PAGE;
+            events.extend(page);
+            if done {
+                break;
+            }
+        }
+        Ok(RoomRecord {
+            room,
+            agents,
+            read_positions,
+            findings,
+            entities,
+            identifiers,
+            relationships,
+            artifacts,
+            claims,
+            decisions,
+            events,
+        })
+    }
+
+    async fn read_objects(&self, record: &RoomRecord) -> Result<Vec<StoredObject>> {
+        let live: Vec<_> = record.artifacts.iter().filter(|a| a.erased.is_none()).collect();
+        if live.is_empty() {
+            return Ok(Vec::new());
+        }
+        let blobs = self.inner.blobs.as_ref().ok_or_else(|| {
+            Error::invalid("artifacts", "the room has artifacts but this server has no artifact storage")
+        })?;
+        let mut objects = Vec::with_capacity(live.len());
+        for a in live {
+            let (meta, bytes) = blobs.read_object(&a.key).await?.ok_or_else(|| {
+                Error::backend(
+                    blobs.name(),
+                    false,
+                    format!("artifact {} is registered but its object {} is missing", a.artifact_id, a.key),
+                    None,
+                )
+            })?;
+            objects.push(StoredObject {
+                key: a.key.clone(),
+                content_type: meta.content_type,
+                base64: STANDARD.encode(bytes),
+            });
+        }
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
+    }
+
+    /// Restores a bundle into this server's backend: the artifacts' bytes, then the record
+    /// (through [`RoomStore::restore_room`](crate::store::RoomStore::restore_room)), then the
+    /// findings are embedded for search with this server's model. The room must not exist here
+    /// (`already_exists`); a bundle of a newer version, or one that does not hold together
+    /// (sequences with gaps, records of another room, artifacts outside the room), is refused
+    /// before anything is written. An import cut short can be run again.
+    ///
+    /// `retention_days` replaces the room's own (0: keep it for good): a closed room keeps the
+    /// retention it had, and one whose time ran out would be purged by this server's next purge,
+    /// which an archive being restored should not be.
+    pub async fn import_room(
+        &self,
+        mut bundle: RoomBundle,
+        retention_days: Option<u32>,
+    ) -> Result<ImportReport> {
+        check_bundle(&bundle)?;
+        let objects = decode_objects(&mut bundle)?;
+        if let Some(days) = retention_days {
+            bundle.record.room.retention_days = Some(super::rooms::retention(days)?);
+        }
+        let room_id = bundle.record.room.room_id;
+        if self.inner.store.get_room(room_id).await?.is_some() {
+            return Err(Error::AlreadyExists { what: "room", id: room_id.to_string() });
+        }
+        let mut report = ImportReport {
+            room_id,
+            findings: 0,
+            indexed: 0,
+            events: 0,
+            entities: 0,
+            objects: 0,
+            expires_at: self.expires_at(&bundle.record.room),
+        };
+        if !objects.is_empty() {
+            let blobs = self.inner.blobs.as_ref().ok_or_else(|| {
+                Error::invalid("objects", "the bundle has artifacts but this server has no artifact storage")
+            })?;
+            for (o, bytes) in objects {
+                match blobs.write_object(&o.key, &o.content_type, bytes.clone()).await {
+                    Ok(()) => report.objects += 1,
+                    // An earlier import of this bundle, cut short, wrote it already.
+                    Err(Error::AlreadyExists { .. })
+                        if blobs.read_object(&o.key).await?.is_some_and(|(_, b)| b == bytes) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // Whatever a (hand-made) bundle says: findings are embedded again here.
+        unindexed(&mut bundle.record.findings);
+        self.inner.store.restore_room(&bundle.record).await?;
+        let record = bundle.record;
+        report.findings = record.findings.len() as u64;
+        report.events = record.events.len() as u64;
+        report.entities = record.entities.len() as u64;
+        if self.search_parts().is_some() {
+            let pending: Vec<Finding> = record.findings.into_iter().filter(|f| f.erased.is_none()).collect();
+            for batch in pending.chunks(self.inner.search_config.reconcile_batch.max(1)) {
+                // What fails here stays pending for the reconciler, as after a post.
+                if let Ok(done) = self.index_findings(batch).await {
+                    report.indexed += done.len() as u64;
+                }
+            }
+        }
+        self.changed(room_id);
+        Ok(report)
+    }
+}
+
+/// The bundle's objects with their bytes, each the size its artifact's record says: all decoded
+/// before anything is written.
+fn decode_objects(b: &mut RoomBundle) -> Result<Vec<(StoredObject, Vec<u8>)>> {
+    let mut out = Vec::with_capacity(b.objects.len());
+    for o in std::mem::take(&mut b.objects) {
+        let bytes = STANDARD
+            .decode(&o.base64)
+            .map_err(|e| Error::invalid("bundle", format!("the bytes of {} are not base64: {e}", o.key)))?;
+        let artifact = b.record.artifacts.iter().find(|a| a.key == o.key);
+        if let Some(a) = artifact.filter(|a| a.erased.is_some() || a.size != bytes.len() as u64) {
+            return Err(Error::invalid(
+                "bundle",
+                format!(
+                    "object {} does not match artifact {} ({} bytes where its record says {}{})",
+                    o.key,
+                    a.artifact_id,
+                    bytes.len(),
+                    a.size,
+                    if a.erased.is_some() { ", and it was erased" } else { "" }
+                ),
+            ));
+        }
+        out.push((o, bytes));
+    }
+    Ok(out)
+}
+
+/// Marks live findings `pending`: whether a finding is in a server's vector index is that
+/// server's state, not the room's record (the importing server embeds them with its own model),
+/// so a bundle never claims it and two exports of one room agree whoever indexed what.
+fn unindexed(findings: &mut [Finding]) {
+    for f in findings.iter_mut().filter(|f| f.erased.is_none()) {
+        f.index_status = IndexStatus::Pending;
+    }
+}
+
+/// A bundle this build can restore, and a record that holds together: checked before anything
+/// is written.
+fn check_bundle(b: &RoomBundle) -> Result<()> {
+    let bad = |m: String| Err(Error::invalid("bundle", m));
+    if b.format != BUNDLE_FORMAT {
+        return bad(format!("not a MACP room bundle (format `{}`, expected `{BUNDLE_FORMAT}`)", b.format));
+    }
+    if b.version > BUNDLE_VERSION || b.version == 0 {
+        return bad(format!(
+            "bundle version {} is not one this build reads (1 to {BUNDLE_VERSION}): import it with a newer macp",
+            b.version
+        ));
+    }
+    let r = &b.record;
+    let room = r.room.room_id;
+    let others = r
+        .agents
+        .iter()
+        .map(|a| a.room_id)
+        .chain(r.findings.iter().map(|f| f.room_id))
+        .chain(r.entities.iter().map(|e| e.room_id))
+        .chain(r.relationships.iter().map(|x| x.room_id))
+        .chain(r.artifacts.iter().map(|a| a.room_id))
+        .chain(r.claims.iter().map(|c| c.room_id))
+        .chain(r.decisions.iter().map(|d| d.room_id));
+    if let Some(other) = others.into_iter().find(|id| *id != room) {
+        return bad(format!("the record of room {room} holds a record of room {other}"));
+    }
+    if let Some((i, f)) = r.findings.iter().enumerate().find(|(i, f)| f.seq != *i as u64 + 1) {
+        return bad(format!(
+            "finding {} has seq {} where {} was due: findings must be 1, 2, 3, …",
+            f.finding_id,
+            f.seq,
+            i + 1
+        ));
+    }
+    if let Some((i, e)) = r.events.iter().enumerate().find(|(i, e)| e.seq != *i as u64 + 1) {
+        return bad(format!("event seq {} where {} was due: events must be 1, 2, 3, …", e.seq, i + 1));
+    }
+    let last_event = r.events.len() as u64;
+    if let Some(p) = r.read_positions.iter().find(|p| p.seq > last_event) {
+        return bad(format!("agent {} has read to event {} of {last_event}", p.agent_id, p.seq));
+    }
+    let entities: HashSet<EntityId> = r.entities.iter().map(|e| e.entity_id).collect();
+    let unknown = r
+        .entities
+        .iter()
+        .filter_map(|e| e.merged_into)
+        .chain(r.identifiers.iter().map(|h| h.entity_id))
+        .find(|id| !entities.contains(id));
+    if let Some(id) = unknown {
+        return bad(format!("entity {id} is named but not in the record"));
+    }
+    let prefix = super::artifacts::room_prefix(room);
+    let keys: HashSet<&str> = r.artifacts.iter().map(|a| a.key.as_str()).collect();
+    if let Some(a) = r.artifacts.iter().find(|a| !a.key.starts_with(&prefix)) {
+        return bad(format!("artifact {} is stored outside the room ({})", a.artifact_id, a.key));
+    }
+    if let Some(o) = b.objects.iter().find(|o| !keys.contains(o.key.as_str())) {
+        return bad(format!("object {} belongs to no artifact of the record", o.key));
+    }
+    Ok(())
+}
+
+/// The scrub: every text the record carries, as [`crate::redact`] treats the write that
+/// brought it, and every artifact whose bytes are UTF-8 text.
+impl Redact for RoomBundle {
+    fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
+        let rec = &mut self.record;
+        let room = &mut rec.room;
+        r.apply_opt(&mut room.name, "name", found)?;
+        r.apply(&mut room.objective, "objective", found)?;
+        for c in &mut room.objective_history {
+            r.apply(&mut c.objective, "objective", found)?;
+        }
+        for res in room.resolution.iter_mut().chain(room.past_resolutions.iter_mut()) {
+            r.apply(&mut res.summary, "resolution", found)?;
+        }
+        for m in &mut room.markers {
+            r.apply(&mut m.label, "marker", found)?;
+        }
+        for a in &mut rec.agents {
+            r.apply_opt(&mut a.status_reason, "status_reason", found)?;
+        }
+        for f in &mut rec.findings {
+            r.apply(&mut f.content, "content", found)?;
+            for e in &mut f.evidence {
+                e.redact(r, found)?;
+            }
+        }
+        for e in &mut rec.entities {
+            r.apply(&mut e.name, "name", found)?;
+            let mut props = serde_json::Value::Object(std::mem::take(&mut e.properties));
+            r.apply_json(&mut props, "properties", found)?;
+            if let serde_json::Value::Object(m) = props {
+                e.properties = m;
+            }
+            let mut ids = std::mem::take(&mut e.identifiers);
+            for id in &mut ids {
+                r.identifier(&mut id.value, "identifiers", found)?;
+            }
+            e.add_identifiers(ids);
+        }
+        for h in &mut rec.identifiers {
+            // Not counted again: the entity's own list counted it.
+            r.identifier(&mut h.identifier.value, "identifiers", &mut Redactions::default())?;
+        }
+        rec.identifiers.sort_by(|a, b| a.identifier.cmp(&b.identifier));
+        for x in &mut rec.relationships {
+            r.apply_opt(&mut x.description, "description", found)?;
+            for e in &mut x.evidence {
+                e.redact(r, found)?;
+            }
+        }
+        for a in &mut rec.artifacts {
+            r.apply_opt(&mut a.description, "description", found)?;
+        }
+        for c in &mut rec.claims {
+            r.apply(&mut c.subject, "subject", found)?;
+            c.key = crate::model::Claim::key_of(&c.subject);
+        }
+        for d in &mut rec.decisions {
+            r.apply(&mut d.question, "question", found)?;
+            for o in &mut d.options {
+                r.apply(o, "options", found)?;
+            }
+            if let Some(a) = &mut d.answer {
+                r.apply(&mut a.text, "answer", found)?;
+            }
+        }
+        for e in &mut rec.events {
+            r.apply(&mut e.summary, "summary", found)?;
+        }
+        for o in &mut self.objects {
+            let Ok(bytes) = STANDARD.decode(&o.base64) else { continue };
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            let clean = r.text(&text, "artifact", found)?;
+            if clean != text {
+                o.base64 = STANDARD.encode(clean.as_bytes());
+                if let Some(a) = rec.artifacts.iter_mut().find(|a| a.key == o.key) {
+                    a.size = clean.len() as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}

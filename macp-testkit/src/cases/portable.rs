@@ -1,0 +1,257 @@
+//! The portable record: a room exported, purged and imported again is the same room, byte for
+//! byte, and carries on where it stopped; a bundle that does not hold together is refused.
+
+use std::sync::Arc;
+
+use macp_core::FindingId;
+use macp_core::model::{Channel, EntityType, Identifier};
+use macp_core::redact::Redactor;
+use macp_core::service::{
+    AddEntity, AnswerDecision, AskDecision, CloseRoom, Erase, MergeEntities, PostFinding, RoomBundle,
+    SearchFindings, SteerRoom,
+};
+
+use super::retention::{fill, service};
+use super::*;
+use crate::{Backend, ManualClock};
+
+/// Everything of the bundle but when and where it was exported.
+fn body(b: &RoomBundle) -> String {
+    let record = serde_json::to_string(&b.record).expect("record as JSON");
+    let objects = serde_json::to_string(&b.objects).expect("objects as JSON");
+    format!("{record}\n{objects}")
+}
+
+/// What the moving cases move: a room with every kind of record ([`fill`]), plus a merge, an
+/// erased finding, a phase, an answered decision and a resolution (closed). Returns the room,
+/// its artifact's key (where the backend stores artifacts), the merged-away entity, the entity
+/// it went into, and the erased finding.
+async fn history(
+    m: &Macp,
+    backend: &Backend,
+    who: &Principal,
+) -> (RoomId, Option<String>, EntityId, EntityId, FindingId) {
+    let (room, key) = fill(m, backend, who, Some(30), "numbatported17").await;
+    let a = agent("ret-agent");
+    let alias = m
+        .add_entity(
+            who,
+            AddEntity::new(room, a.clone(), "orders db primary", EntityType::Resource)
+                .identifier("ip", "10.0.1.7"),
+        )
+        .await
+        .unwrap()
+        .entity
+        .entity_id;
+    let host = Identifier { id_type: "hostname".into(), value: "orders-db-1".into() };
+    let winner = backend.store.find_identifiers(room, &[host]).await.unwrap()[0].1;
+    m.merge_entities(who, MergeEntities::new(room, a.clone(), winner, alias)).await.unwrap();
+    let oops = m
+        .post_finding(who, PostFinding::new(room, a.clone(), "pasted the wrong log: INC-4711 notes"))
+        .await
+        .unwrap()
+        .finding
+        .finding_id;
+    m.erase(who, Erase::finding(room, a.clone(), oops, "wrong incident")).await.unwrap();
+    m.post_finding(who, PostFinding::new(room, a.clone(), "ticket INC-4711 tracks the failover"))
+        .await
+        .unwrap();
+    m.steer_room(
+        who,
+        SteerRoom { marker: Some("mitigation".into()), ..SteerRoom::new(room) },
+        Channel::Person,
+    )
+    .await
+    .unwrap();
+    let asked = m.ask_decision(who, AskDecision::new(room, a.clone(), "restart the pool?")).await.unwrap();
+    m.answer_decision(
+        who,
+        AnswerDecision {
+            room_id: room,
+            decision_id: asked.decision_id,
+            answer: "yes".into(),
+            agent_id: None,
+        },
+        Channel::Person,
+    )
+    .await
+    .unwrap();
+    m.close_room(
+        who,
+        CloseRoom { resolution: Some("pool exhausted; raised".into()), ..CloseRoom::new(room) },
+        Channel::Person,
+    )
+    .await
+    .unwrap();
+
+    (room, key, alias, winner, oops)
+}
+
+/// A room with a merge, an erasure, a phase, an answered decision and a resolution, exported,
+/// purged and imported on the same backend, exports again byte for byte as before (timeline,
+/// graph, identifiers, feed, read positions, artifacts and their bytes); it is found by its
+/// words; its sequences continue where they stopped; importing it again is refused; and a
+/// bundle that is not whole is refused before anything is written.
+pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
+    let clock = Arc::new(ManualClock::new());
+    let m = service(&backend, clock.clone(), 0);
+    let who = principal("port@example.com");
+    let (room, key, alias, winner, oops) = history(&m, &backend, &who).await;
+    let a = agent("ret-agent");
+    let before = m.export_room(room, false).await.expect("export");
+    assert_eq!((before.format.as_str(), before.version), ("macp-room-bundle", 1));
+    assert_eq!(before.exported_from, backend.store.name());
+    let r = &before.record;
+    assert_eq!(r.findings.len(), 4);
+    assert!(r.findings.iter().enumerate().all(|(i, f)| f.seq == i as u64 + 1));
+    assert!(r.events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
+    assert!(r.findings.iter().any(|f| f.finding_id == oops && f.erased.is_some()));
+    assert!(!serde_json::to_string(r).unwrap().contains("pasted the wrong log"), "an erased text travels");
+    assert_eq!(r.entities.len(), 3);
+    assert!(r.entities.iter().any(|e| e.entity_id == alias && e.merged_into == Some(winner)));
+    let held =
+        r.identifiers.iter().find(|h| h.identifier.value == "10.0.1.7").expect("the alias's identifier");
+    assert_eq!(held.entity_id, alias, "identifiers stay held where they were through a merge");
+    assert_eq!(r.relationships.len(), 1);
+    assert_eq!(r.decisions.len(), 2);
+    assert_eq!(r.claims.len(), 1);
+    assert_eq!(r.read_positions.len(), 1);
+    assert_eq!(r.room.markers.len(), 1);
+    assert!(r.room.resolution.is_some());
+    assert_eq!(r.room.retention_days, Some(30));
+    assert_eq!(before.objects.len(), usize::from(key.is_some()));
+
+    // The move: the room goes from this backend, and comes back from its bundle.
+    backend.store.purge_room(room).await.unwrap();
+    if let Some((blobs, _)) = &backend.blobs {
+        blobs.delete_prefix(&format!("rooms/{room}/")).await.unwrap();
+    }
+    if let Some(index) = &backend.vector_index {
+        let ids: Vec<_> = r.findings.iter().map(|f| f.finding_id).collect();
+        index.delete(room, &ids).await.unwrap();
+    }
+    let json = serde_json::to_string(&before).unwrap();
+    let report = m.import_room(serde_json::from_str(&json).unwrap(), None).await.expect("import");
+    assert_eq!(report.findings, 4);
+    assert_eq!(report.events, r.events.len() as u64);
+    assert_eq!(report.objects, u64::from(key.is_some()));
+    let closed = r.room.closed_at.expect("closed");
+    assert_eq!(
+        report.expires_at,
+        Some(closed.plus_millis(30 * 24 * 60 * 60 * 1000)),
+        "it keeps its retention"
+    );
+    if backend.vector_index.is_some() {
+        assert_eq!(report.indexed, 3, "every finding but the erased one is embedded again");
+    }
+    let after = m.export_room(room, false).await.expect("export after import");
+    assert_eq!(body(&after), body(&before), "the room came back different");
+
+    // It is found, and resolves, as before.
+    let hits = m.search_findings(&who, SearchFindings::new(room, "numbatported17")).await.unwrap();
+    assert!(hits.results.iter().any(|h| h.finding.content.contains("numbatported17")));
+    let ip = Identifier { id_type: "ip".into(), value: "10.0.1.7".into() };
+    assert_eq!(
+        backend.store.find_identifiers(room, &[ip]).await.unwrap(),
+        vec![(Identifier { id_type: "ip".into(), value: "10.0.1.7".into() }, alias)]
+    );
+    if let (Some((blobs, _)), Some(key)) = (&backend.blobs, &key) {
+        let (meta, bytes) = blobs.read_object(key).await.unwrap().expect("the artifact's bytes");
+        assert_eq!((meta.content_type.as_str(), bytes.as_slice()), ("text/plain", b"hello".as_slice()));
+    }
+    // And carries on from where it stopped.
+    m.steer_room(&who, SteerRoom { reopen: true, ..SteerRoom::new(room) }, Channel::Person).await.unwrap();
+    let next = m.post_finding(&who, PostFinding::new(room, a.clone(), "after the move")).await.unwrap();
+    assert_eq!(next.finding.seq, 5, "the timeline continues its sequence");
+    let head = backend.store.last_event_seq(room).await.unwrap();
+    assert_eq!(head, r.events.len() as u64 + 2, "the feed continues its sequence");
+
+    // Importing a room that exists is refused; so is a bundle that is not whole, first.
+    expect_code(m.import_room(before.clone(), None).await, "already_exists");
+    let mut newer = before.clone();
+    newer.version = 2;
+    let e = expect_code(m.import_room(newer, None).await, "invalid_input");
+    assert!(e.to_string().contains("newer macp"), "{e}");
+    let e = expect_code(m.import_room(before.clone(), Some(100_000)).await, "invalid_input");
+    assert_eq!(e.limit(), Some(u64::from(macp_core::service::MAX_RETENTION_DAYS)));
+    let mut gap = before.clone();
+    gap.record.events.remove(1);
+    expect_code(m.import_room(gap, None).await, "invalid_input");
+    if !before.objects.is_empty() {
+        let mut garbled = before.clone();
+        garbled.objects[0].base64 = "not base64!".into();
+        expect_code(m.import_room(garbled, None).await, "invalid_input");
+    }
+    let mut foreign = before.clone();
+    foreign.record.findings[0].room_id = RoomId::generate();
+    expect_code(m.import_room(foreign, None).await, "invalid_input");
+}
+
+/// An export can scrub with the server's redactor, so that a pattern added since the room was
+/// written applies to the bundle: every text of the record, the feed included, and every text
+/// artifact; the bundle says what it redacted.
+pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
+    let clock = Arc::new(ManualClock::new());
+    let m = service(&backend, clock.clone(), 0);
+    let who = principal("port@example.com");
+    let (room, _) = fill(&m, &backend, &who, None, "quollscrub23").await;
+    let a = agent("ret-agent");
+    m.post_finding(&who, PostFinding::new(room, a.clone(), "customer ticket INC-4711 says so"))
+        .await
+        .unwrap();
+    m.ask_decision(&who, AskDecision::new(room, a, "page the owner of INC-4711?")).await.unwrap();
+    let plain = m.export_room(room, false).await.unwrap();
+    assert!(serde_json::to_string(&plain).unwrap().contains("INC-4711"));
+    assert!(plain.scrubbed.is_none());
+
+    // The same data, served with an operator's pattern added since.
+    let mut b = macp_core::Macp::builder()
+        .store(backend.store.clone())
+        .clock(clock)
+        .redactor(Redactor::new().pattern("ticket", r"INC-[0-9]+").unwrap());
+    if let Some((blobs, _)) = &backend.blobs {
+        b = b.blob_store(blobs.clone());
+    }
+    let scrubbing = b.build().unwrap();
+    let scrubbed = scrubbing.export_room(room, true).await.unwrap();
+    let text = serde_json::to_string(&scrubbed).unwrap();
+    assert!(!text.contains("INC-4711"), "the scrub left the ticket in the bundle");
+    assert!(text.contains("[redacted:ticket]"));
+    let counts = scrubbed.scrubbed.as_ref().expect("a scrubbed bundle says so");
+    // At least the finding and the question, and their events' summaries where they quote them.
+    assert!(counts.0.get("ticket").is_some_and(|n| *n >= 2), "{counts:?}");
+    // The room itself is untouched.
+    assert_eq!(body(&m.export_room(room, false).await.unwrap()), body(&plain));
+}
+
+/// A room moved from one backend to another and back (the embedded default to AWS and back,
+/// say) is the same room at every step, byte for byte: timeline, graph, identifiers, feed, read
+/// positions, artifacts and their bytes. Not in [`conformance_tests!`](crate::conformance_tests)
+/// because it takes three backends (two of one kind): a crate that has two kinds calls it.
+pub async fn a_room_moves_between_backends_intact(from: Backend, to: Backend, back: Backend) {
+    let clock = Arc::new(ManualClock::new());
+    let who = principal("port@example.com");
+    let source = service(&from, clock.clone(), 0);
+    let (room, key, ..) = history(&source, &from, &who).await;
+    let first = source.export_room(room, false).await.expect("export from the first backend");
+    assert_eq!(first.objects.len(), usize::from(key.is_some()));
+    let mut moved = first.clone();
+    for (leg, backend) in [("there", &to), ("back", &back)] {
+        let m = service(backend, clock.clone(), 0);
+        let json = serde_json::to_vec(&moved).unwrap();
+        m.import_room(serde_json::from_slice(&json).unwrap(), None)
+            .await
+            .unwrap_or_else(|e| panic!("import {leg}: {e}"));
+        moved = m.export_room(room, false).await.unwrap_or_else(|e| panic!("export {leg}: {e}"));
+        assert_eq!(moved.exported_from, backend.store.name());
+        assert_eq!(
+            body(&moved),
+            body(&first),
+            "the room moved {leg} ({} to {}) is not the same",
+            from.store.name(),
+            backend.store.name()
+        );
+        let hits = m.search_findings(&who, SearchFindings::new(room, "numbatported17")).await.unwrap();
+        assert!(hits.results.iter().any(|h| h.finding.content.contains("numbatported17")), "not found {leg}");
+    }
+}
