@@ -235,9 +235,10 @@ impl AwsBuilder {
     }
 }
 
-/// Per-room keyword indexes: the last `seq` each has read, the room's erasure count it was
-/// built at, and the index.
-pub(crate) type KeywordCache = HashMap<RoomId, (u64, u64, Arc<KeywordIndex>)>;
+/// Per-room keyword indexes: the last `seq` each has read, the room's stamp it was built at
+/// (when it was last restored, its erasure count: either moving means findings changed in
+/// place), and the index.
+pub(crate) type KeywordCache = HashMap<RoomId, (u64, (u64, u64), Arc<KeywordIndex>)>;
 
 /// MACP's AWS backend. Cheap to clone.
 #[derive(Clone)]

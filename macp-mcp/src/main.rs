@@ -293,8 +293,9 @@ enum Use<'a> {
     /// `macp reindex`: an embedder is required and the index's model is not checked, because
     /// reindexing is the way out of a model mismatch.
     Reindex,
-    /// `macp export` and `macp import`: artifact storage read and written directly, no URLs.
-    Records,
+    /// `macp export` and `macp import`: artifact storage read and written directly, no URLs;
+    /// an embedder only where findings get indexed (an export reads, whatever the model).
+    Records { index: bool },
 }
 
 #[cfg(not(feature = "aws"))]
@@ -342,7 +343,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                 b = b.blob_store(Arc::new(blobs.clone()));
                 local_artifacts = Some(blobs);
             }
-            if let Use::Records = usage {
+            if let Use::Records { .. } = usage {
                 // Export and import issue no URL: the base is never shown to anyone.
                 let blobs =
                     LocalBlobStore::open(&cfg.data_dir, "http://127.0.0.1").map_err(|e| e.to_string())?;
@@ -358,7 +359,7 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
                 let aws = Arc::new(
                     macp_aws::AwsBackend::builder_from_env().connect().await.map_err(|e| e.to_string())?,
                 );
-                if let Use::Serve { .. } | Use::Records = usage {
+                if let Use::Serve { .. } | Use::Records { .. } = usage {
                     b = b.blob_store(aws.clone());
                 }
                 b = b.store(aws.clone());
@@ -368,7 +369,8 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
             return Err(NO_AWS.into());
         }
     };
-    match (embedder(cfg).await?, usage) {
+    let wanted = if let Use::Records { index: false } = usage { None } else { embedder(cfg).await? };
+    match (wanted, usage) {
         (None, Use::Reindex) => {
             return Err("reindex needs an embedder (--embedder builtin, openai or titan)".into());
         }
@@ -737,10 +739,10 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         Command::Export { room, out, scrub } => {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
-            let macp = open(&cfg, Use::Records).await?.macp;
+            let macp = open(&cfg, Use::Records { index: false }).await?.macp;
             let bundle = macp.export_room(room, scrub).await.map_err(|e| e.to_string())?;
             let json = serde_json::to_vec(&bundle).map_err(|e| e.to_string())?;
-            match &out {
+            match out.as_deref().filter(|p| p.as_os_str() != "-") {
                 Some(path) => write_private_file(path, &json)?,
                 None => {
                     use std::io::Write as _;
@@ -757,7 +759,13 @@ async fn run(cli: Cli) -> Result<(), String> {
                 r.artifacts.len(),
                 bundle.objects.len(),
                 match &bundle.scrubbed {
-                    Some(s) => format!("; scrubbed {} secrets", s.total()),
+                    Some(s) if bundle.unscrubbed.is_empty() => format!("; scrubbed {} secrets", s.total()),
+                    Some(s) => format!(
+                        "; scrubbed {} secrets; {} artifacts are not text and were not scrubbed: {}",
+                        s.total(),
+                        bundle.unscrubbed.len(),
+                        bundle.unscrubbed.join(", ")
+                    ),
                     None => String::new(),
                 }
             );
@@ -767,17 +775,18 @@ async fn run(cli: Cli) -> Result<(), String> {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             // It indexes the findings, as a server would: one process per local data directory.
             let _lock = lock_data(&cfg)?;
-            let bytes = if bundle.as_os_str() == "-" {
+            let (bytes, name) = if bundle.as_os_str() == "-" {
                 use std::io::Read as _;
                 let mut buf = Vec::new();
                 std::io::stdin().read_to_end(&mut buf).map_err(|e| e.to_string())?;
-                buf
+                (buf, "standard input".to_owned())
             } else {
-                std::fs::read(&bundle).map_err(|e| format!("cannot read {}: {e}", bundle.display()))?
+                let b =
+                    std::fs::read(&bundle).map_err(|e| format!("cannot read {}: {e}", bundle.display()))?;
+                (b, bundle.display().to_string())
             };
-            let parsed: macp_core::service::RoomBundle = serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{} is not a MACP room bundle: {e}", bundle.display()))?;
-            let macp = open(&cfg, Use::Records).await?.macp;
+            let parsed = parse_bundle(&bytes, &name)?;
+            let macp = open(&cfg, Use::Records { index: true }).await?.macp;
             let r = macp.import_room(parsed, retention_days).await.map_err(|e| e.to_string())?;
             println!(
                 "imported room {}: {} findings ({} indexed), {} events, {} entities, {} artifact objects; {}",
@@ -789,9 +798,14 @@ async fn run(cli: Cli) -> Result<(), String> {
                 r.objects,
                 match r.expires_at {
                     Some(t) => format!("purged from {t} (its retention; --retention-days 0 keeps it)"),
-                    None => "kept until its retention runs out after closing, or for good".into(),
+                    None => "not expiring by its own retention (a room without one follows the \
+                             server's --retention-days once closed)"
+                        .into(),
                 }
             );
+            if let Some(e) = r.index_error {
+                eprintln!("some findings stay pending for the reconciler (macp reconcile): {e}");
+            }
             Ok(())
         }
         Command::Reindex => {
@@ -805,20 +819,53 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
+/// A bundle read from `name`: its format and version first, so that a bundle of a newer
+/// version says so rather than fail on a field this build does not know.
+fn parse_bundle(bytes: &[u8], name: &str) -> Result<macp_core::service::RoomBundle, String> {
+    let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| not(&e))?;
+    if v["format"] != macp_core::service::BUNDLE_FORMAT {
+        return Err(not(&"no `format: macp-room-bundle`"));
+    }
+    let version = v["version"].as_u64().unwrap_or(0);
+    if version > u64::from(macp_core::service::BUNDLE_VERSION) {
+        return Err(format!(
+            "{name} is a version {version} bundle; this macp reads versions up to {}: import it with a newer macp",
+            macp_core::service::BUNDLE_VERSION
+        ));
+    }
+    serde_json::from_value(v).map_err(|e| not(&e))
+}
+
 /// Writes `bytes` to a new file only its owner can read (a bundle holds the whole room), whole
-/// or not at all: written beside it, synced, then renamed into place.
+/// or not at all: a fresh file beside it (never one that exists, whatever its mode or link),
+/// synced, renamed into place, and the directory synced.
 fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write as _;
-    let tmp = path.with_extension("partial");
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let tmp = dir.join(format!(".macp-export-{}-{nanos}.partial", std::process::id()));
     let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true);
+    o.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         o.mode(0o600);
     }
-    let written = o.open(&tmp).and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()));
-    written.and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| {
+    let written = o.open(&tmp).and_then(|mut f| {
+        #[cfg(unix)]
+        {
+            // The umask cannot widen 0600, but say it outright.
+            use std::os::unix::fs::PermissionsExt;
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        f.write_all(bytes).and_then(|_| f.sync_all())
+    });
+    let done = written
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .and_then(|_| std::fs::File::open(dir).and_then(|d| d.sync_all()));
+    done.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         format!("cannot write {}: {e}", path.display())
     })

@@ -357,7 +357,7 @@ impl FindingStore for AwsBackend {
             let cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
             cache.get(&room_id).cloned()
         };
-        let (seen, built_at, index) = cached.unwrap_or_else(|| (0, 0, Arc::new(KeywordIndex::new())));
+        let (seen, built_at, index) = cached.unwrap_or_else(|| (0, (0, 0), Arc::new(KeywordIndex::new())));
         // Catch up with findings committed since this process last looked (any instance), and
         // see whether any was erased meanwhile (then the room's index is built again).
         let after = FindingQuery::after(seen, usize::MAX);
@@ -370,15 +370,19 @@ impl FindingStore for AwsBackend {
             self.keywords.lock().unwrap_or_else(|p| p.into_inner()).remove(&room_id);
             return Ok(Some(KeywordSearch::default()));
         }
-        let erasures = room.as_ref().and_then(|r| opt_n(r, "erasures")).unwrap_or(0) as u64;
-        let (seen, mut index, fresh) = if erasures == built_at {
+        // A room restored (`macp import`, by any process) or with a finding erased since the
+        // index was built: its findings changed in place, so the index is built again.
+        let stamp = room.as_ref().map_or((0, 0), |r| {
+            (opt_n(r, "restored_at").unwrap_or(0) as u64, opt_n(r, "erasures").unwrap_or(0) as u64)
+        });
+        let (seen, mut index, fresh) = if stamp == built_at {
             (seen, index, fresh)
         } else {
             let all = self.list_findings(room_id, &FindingQuery::after(0, usize::MAX)).await?;
             (0, Arc::new(KeywordIndex::new()), all)
         };
         let mut last = seen;
-        if !fresh.is_empty() || erasures != built_at {
+        if !fresh.is_empty() || stamp != built_at {
             let ix = Arc::make_mut(&mut index);
             for f in &fresh {
                 // An erased finding's notice is not searched.
@@ -388,8 +392,8 @@ impl FindingStore for AwsBackend {
                 last = f.seq;
             }
             let mut cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.get(&room_id).is_none_or(|(s, e, _)| *e < erasures || (*e == erasures && *s < last)) {
-                cache.insert(room_id, (last, erasures, index.clone()));
+            if cache.get(&room_id).is_none_or(|(s, e, _)| *e < stamp || (*e == stamp && *s < last)) {
+                cache.insert(room_id, (last, stamp, index.clone()));
             }
         }
         let query = query.to_owned();

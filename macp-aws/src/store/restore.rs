@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use macp_core::store::RoomRecord;
+use macp_core::store::{RoomRecord, RoomStore};
 use macp_core::{Error, Result};
 
 use crate::AwsBackend;
@@ -39,6 +39,10 @@ impl AwsBackend {
         if exists {
             return Err(Error::AlreadyExists { what: "room", id: room_id.to_string() });
         }
+        // What an earlier restore of this room left when it was cut short goes first: the puts
+        // below replace only the items of this record, and a leftover (an identifier, a claim,
+        // events past this feed's head) would otherwise outlive it.
+        self.purge_room(room_id).await?;
 
         // Read positions are an attribute of the agent's item (see `store::events`); the
         // agent must be there for the position to be, as `advance_read_position` requires.
@@ -108,6 +112,8 @@ impl AwsBackend {
 fn restored_room_item(record: &RoomRecord) -> Item {
     let mut item = room_item(&record.room);
     item.extend(room_state(&record.room));
+    // Other servers' keyword indexes of an earlier room under this id are built again.
+    item.insert("restored_at".into(), n(macp_core::Timestamp::now().as_millis()));
     if let Some(last) = record.findings.last() {
         item.insert("last_seq".into(), n(last.seq));
         item.insert("last_created_at".into(), n(last.created_at.as_millis()));

@@ -47,6 +47,9 @@ pub struct RoomBundle {
     /// What the export's scrub redacted, by kind; absent when the export did not scrub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrubbed: Option<Redactions>,
+    /// Objects the scrub could not read as text (images, archives, …): carried as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unscrubbed: Vec<String>,
     /// The room's record.
     pub record: RoomRecord,
     /// The bytes of every artifact the record lists and still holds (erased ones have none),
@@ -80,6 +83,8 @@ pub struct ImportReport {
     pub entities: u64,
     /// Artifact objects written.
     pub objects: u64,
+    /// Why some findings could not be indexed now (they stay pending for the reconciler).
+    pub index_error: Option<String>,
     /// When the room will be purged (a closed room with a retention), as it now stands here;
     /// `None`: kept for good, or open.
     pub expires_at: Option<Timestamp>,
@@ -94,19 +99,50 @@ impl Macp {
     /// refused with a retryable `conflict` rather than exported half-old, half-new.
     pub async fn export_room(&self, room_id: RoomId, scrub: bool) -> Result<RoomBundle> {
         let store = &self.inner.store;
+        let mut changed = String::new();
         for _ in 0..EXPORT_ATTEMPTS {
             let before = store.last_event_seq(room_id).await?;
             let record = self.read_record(room_id).await?;
-            let objects = self.read_objects(&record).await?;
-            if store.last_event_seq(room_id).await? != before {
+            let objects = match self.read_objects(&record).await? {
+                Ok(objects) => objects,
+                Err(missing) => {
+                    changed = missing;
+                    continue;
+                }
+            };
+            // Every change is an event, but not every store applies a change (or a purge) in
+            // one step: the record must also agree with the room's own counters, and the room
+            // must still be there.
+            let (after, stats, graph, still) = tokio::try_join!(
+                store.last_event_seq(room_id),
+                store.finding_stats(room_id),
+                store.entity_stats(room_id),
+                store.get_room(room_id),
+            )?;
+            let whole = after == before
+                && record.events.len() as u64 == after
+                && record.findings.len() as u64 == stats.last_seq
+                && record.relationships.len() as u64 == graph.relationships
+                && still.is_some();
+            if !whole {
+                changed = format!(
+                    "read {} events of {after}, {} findings of {}, {} relationships of {}",
+                    record.events.len(),
+                    record.findings.len(),
+                    stats.last_seq,
+                    record.relationships.len(),
+                    graph.relationships
+                );
                 continue;
             }
+            check_record(&record)?;
             let mut bundle = RoomBundle {
                 format: BUNDLE_FORMAT.into(),
                 version: BUNDLE_VERSION,
                 exported_at: self.now(),
                 exported_from: store.name().into(),
                 scrubbed: None,
+                unscrubbed: Vec::new(),
                 record,
                 objects,
             };
@@ -118,7 +154,7 @@ impl Macp {
             return Ok(bundle);
         }
         Err(Error::conflict(format!(
-            "room {room_id} changed {EXPORT_ATTEMPTS} times while it was being exported; \
+            "room {room_id} changed {EXPORT_ATTEMPTS} times while it was being exported ({changed}); \
              export it once it is quiet (closed, for example)"
         )))
     }
@@ -218,24 +254,27 @@ impl Macp {
         })
     }
 
-    async fn read_objects(&self, record: &RoomRecord) -> Result<Vec<StoredObject>> {
+    /// The bytes of the record's live artifacts; `Ok(Err(what))` when one has no object (erased
+    /// or purged while the record was read: the export reads again).
+    async fn read_objects(
+        &self,
+        record: &RoomRecord,
+    ) -> Result<std::result::Result<Vec<StoredObject>, String>> {
         let live: Vec<_> = record.artifacts.iter().filter(|a| a.erased.is_none()).collect();
         if live.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Ok(Vec::new()));
         }
         let blobs = self.inner.blobs.as_ref().ok_or_else(|| {
             Error::invalid("artifacts", "the room has artifacts but this server has no artifact storage")
         })?;
         let mut objects = Vec::with_capacity(live.len());
         for a in live {
-            let (meta, bytes) = blobs.read_object(&a.key).await?.ok_or_else(|| {
-                Error::backend(
-                    blobs.name(),
-                    false,
-                    format!("artifact {} is registered but its object {} is missing", a.artifact_id, a.key),
-                    None,
-                )
-            })?;
+            let Some((meta, bytes)) = blobs.read_object(&a.key).await? else {
+                return Ok(Err(format!(
+                    "artifact {} is registered but its object {} is missing",
+                    a.artifact_id, a.key
+                )));
+            };
             objects.push(StoredObject {
                 key: a.key.clone(),
                 content_type: meta.content_type,
@@ -243,7 +282,7 @@ impl Macp {
             });
         }
         objects.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(objects)
+        Ok(Ok(objects))
     }
 
     /// Restores a bundle into this server's backend: the artifacts' bytes, then the record
@@ -277,25 +316,34 @@ impl Macp {
             events: 0,
             entities: 0,
             objects: 0,
+            index_error: None,
             expires_at: self.expires_at(&bundle.record.room),
         };
+        let mut written = Vec::with_capacity(objects.len());
         if !objects.is_empty() {
             let blobs = self.inner.blobs.as_ref().ok_or_else(|| {
                 Error::invalid("objects", "the bundle has artifacts but this server has no artifact storage")
             })?;
             for (o, bytes) in objects {
-                match blobs.write_object(&o.key, &o.content_type, bytes.clone()).await {
-                    Ok(()) => report.objects += 1,
-                    // An earlier import of this bundle, cut short, wrote it already.
-                    Err(Error::AlreadyExists { .. })
-                        if blobs.read_object(&o.key).await?.is_some_and(|(_, b)| b == bytes) => {}
-                    Err(e) => return Err(e),
-                }
+                // The room does not exist here, so nothing refers to what its prefix holds: an
+                // earlier import cut short left it. The bundle's bytes replace it.
+                blobs.delete(&o.key).await?;
+                blobs.write_object(&o.key, &o.content_type, bytes).await?;
+                written.push(o.key);
+                report.objects += 1;
             }
         }
         // Whatever a (hand-made) bundle says: findings are embedded again here.
         unindexed(&mut bundle.record.findings);
-        self.inner.store.restore_room(&bundle.record).await?;
+        if let Err(e) = self.inner.store.restore_room(&bundle.record).await {
+            // No room, so no object of it either.
+            if let Some(blobs) = &self.inner.blobs {
+                for key in &written {
+                    let _ = blobs.delete(key).await;
+                }
+            }
+            return Err(e);
+        }
         let record = bundle.record;
         report.findings = record.findings.len() as u64;
         report.events = record.events.len() as u64;
@@ -304,8 +352,9 @@ impl Macp {
             let pending: Vec<Finding> = record.findings.into_iter().filter(|f| f.erased.is_none()).collect();
             for batch in pending.chunks(self.inner.search_config.reconcile_batch.max(1)) {
                 // What fails here stays pending for the reconciler, as after a post.
-                if let Ok(done) = self.index_findings(batch).await {
-                    report.indexed += done.len() as u64;
+                match self.index_findings(batch).await {
+                    Ok(done) => report.indexed += done.len() as u64,
+                    Err(e) => report.index_error = Some(e.to_string()),
                 }
             }
         }
@@ -363,7 +412,25 @@ fn check_bundle(b: &RoomBundle) -> Result<()> {
             b.version
         ));
     }
+    check_record(&b.record)?;
     let r = &b.record;
+    let keys: HashSet<&str> = r.artifacts.iter().map(|a| a.key.as_str()).collect();
+    if let Some(o) = b.objects.iter().find(|o| !keys.contains(o.key.as_str())) {
+        return bad(format!("object {} belongs to no artifact of the record", o.key));
+    }
+    unique("object", b.objects.iter().map(|o| o.key.as_str()))?;
+    let held: HashSet<&str> = b.objects.iter().map(|o| o.key.as_str()).collect();
+    if let Some(a) = r.artifacts.iter().find(|a| a.erased.is_none() && !held.contains(a.key.as_str())) {
+        return bad(format!("artifact {} has no bytes in the bundle ({})", a.artifact_id, a.key));
+    }
+    Ok(())
+}
+
+/// A record that holds together: one room, gap-free sequences, every id and key once, every
+/// reference to something in the record. Checked on export (what a store gave) and on import
+/// (what a file says).
+fn check_record(r: &RoomRecord) -> Result<()> {
+    let bad = |m: String| Err(Error::invalid("bundle", m));
     let room = r.room.room_id;
     let others = r
         .agents
@@ -389,9 +456,25 @@ fn check_bundle(b: &RoomBundle) -> Result<()> {
     if let Some((i, e)) = r.events.iter().enumerate().find(|(i, e)| e.seq != *i as u64 + 1) {
         return bad(format!("event seq {} where {} was due: events must be 1, 2, 3, …", e.seq, i + 1));
     }
+    unique("agent", r.agents.iter().map(|a| a.agent_id.as_str()))?;
+    unique("finding", r.findings.iter().map(|f| f.finding_id))?;
+    unique("entity", r.entities.iter().map(|e| e.entity_id))?;
+    unique(
+        "identifier",
+        r.identifiers.iter().map(|h| format!("{}={}", h.identifier.id_type, h.identifier.value)),
+    )?;
+    unique("relationship", r.relationships.iter().map(|x| RelationshipKey::of(x).encode()))?;
+    unique("artifact", r.artifacts.iter().map(|a| a.artifact_id))?;
+    unique("artifact key", r.artifacts.iter().map(|a| a.key.as_str()))?;
+    unique("claim", r.claims.iter().map(|c| c.key.as_str()))?;
+    unique("decision", r.decisions.iter().map(|d| d.decision_id))?;
+    unique("read position", r.read_positions.iter().map(|p| p.agent_id.as_str()))?;
     let last_event = r.events.len() as u64;
     if let Some(p) = r.read_positions.iter().find(|p| p.seq > last_event) {
         return bad(format!("agent {} has read to event {} of {last_event}", p.agent_id, p.seq));
+    }
+    if let Some(p) = r.read_positions.iter().find(|p| !r.agents.iter().any(|a| a.agent_id == p.agent_id)) {
+        return bad(format!("agent {} has a read position but is not in the record", p.agent_id));
     }
     let entities: HashSet<EntityId> = r.entities.iter().map(|e| e.entity_id).collect();
     let unknown = r
@@ -404,21 +487,66 @@ fn check_bundle(b: &RoomBundle) -> Result<()> {
         return bad(format!("entity {id} is named but not in the record"));
     }
     let prefix = super::artifacts::room_prefix(room);
-    let keys: HashSet<&str> = r.artifacts.iter().map(|a| a.key.as_str()).collect();
     if let Some(a) = r.artifacts.iter().find(|a| !a.key.starts_with(&prefix)) {
         return bad(format!("artifact {} is stored outside the room ({})", a.artifact_id, a.key));
-    }
-    if let Some(o) = b.objects.iter().find(|o| !keys.contains(o.key.as_str())) {
-        return bad(format!("object {} belongs to no artifact of the record", o.key));
     }
     Ok(())
 }
 
+/// Refuses a second `what` with the same id or key.
+fn unique<T: std::hash::Hash + Eq + std::fmt::Display>(
+    what: &str,
+    ids: impl IntoIterator<Item = T>,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    for id in ids {
+        if seen.contains(&id) {
+            return Err(Error::invalid("bundle", format!("{what} {id} appears twice in the record")));
+        }
+        seen.insert(id);
+    }
+    Ok(())
+}
+
+/// Whether an artifact of this MIME type is text the scrub reads (others travel as they are,
+/// listed in [`RoomBundle::unscrubbed`]).
+fn is_text(content_type: &str) -> bool {
+    let t = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    t.starts_with("text/")
+        || ["json", "xml", "yaml", "csv", "x-ndjson", "javascript"].iter().any(|k| t.contains(k))
+}
+
 /// The scrub: every text the record carries, as [`crate::redact`] treats the write that
-/// brought it, and every artifact whose bytes are UTF-8 text.
+/// brought it, and every text artifact. Names matched as written (tags, agent ids, artifact
+/// keys, relationship types), which take no placeholder on write, are refused instead: the
+/// export fails naming the field, rather than carry a secret the scrub was asked to remove.
 impl Redact for RoomBundle {
     fn redact(&mut self, r: &Redactor, found: &mut Redactions) -> Result<()> {
         let rec = &mut self.record;
+        let fixed = |text: &str, field: &str| {
+            r.refuse_secret(text, field).map_err(|e| {
+                Error::invalid(
+                    "scrub",
+                    format!(
+                        "{e}: the scrub cannot replace it (it is matched as written); erase what holds \
+                         it, or export without --scrub"
+                    ),
+                )
+            })
+        };
+        let names = rec
+            .room
+            .tags
+            .iter()
+            .map(|t| (t.as_str(), "room tag"))
+            .chain(rec.findings.iter().flat_map(|f| f.tags.iter().map(|t| (t.as_str(), "finding tag"))))
+            .chain(rec.agents.iter().map(|a| (a.agent_id.as_str(), "agent_id")))
+            .chain(rec.agents.iter().filter_map(|a| Some((a.agent_type.as_deref()?, "agent_type"))))
+            .chain(rec.artifacts.iter().map(|a| (a.key.as_str(), "artifact key")))
+            .chain(rec.relationships.iter().map(|x| (x.relationship_type.as_str(), "relationship_type")));
+        for (text, field) in names {
+            fixed(text, field)?;
+        }
         let room = &mut rec.room;
         r.apply_opt(&mut room.name, "name", found)?;
         r.apply(&mut room.objective, "objective", found)?;
@@ -438,6 +566,9 @@ impl Redact for RoomBundle {
             r.apply(&mut f.content, "content", found)?;
             for e in &mut f.evidence {
                 e.redact(r, found)?;
+            }
+            if let Some(x) = &mut f.erased {
+                r.apply(&mut x.reason, "reason", found)?;
             }
         }
         for e in &mut rec.entities {
@@ -466,9 +597,14 @@ impl Redact for RoomBundle {
         }
         for a in &mut rec.artifacts {
             r.apply_opt(&mut a.description, "description", found)?;
+            if let Some(x) = &mut a.erased {
+                r.apply(&mut x.reason, "reason", found)?;
+            }
         }
         for c in &mut rec.claims {
-            r.apply(&mut c.subject, "subject", found)?;
+            // Fingerprinted as identifiers are, so that two subjects differing only in their
+            // secrets stay two claims.
+            r.identifier(&mut c.subject, "subject", found)?;
             c.key = crate::model::Claim::key_of(&c.subject);
         }
         for d in &mut rec.decisions {
@@ -482,11 +618,27 @@ impl Redact for RoomBundle {
         }
         for e in &mut rec.events {
             r.apply(&mut e.summary, "summary", found)?;
+            // A placeholder can be longer than what it replaced.
+            e.summary = crate::model::Event::summary_of(&e.summary);
         }
         for o in &mut self.objects {
-            let Ok(bytes) = STANDARD.decode(&o.base64) else { continue };
-            let Ok(text) = String::from_utf8(bytes) else { continue };
-            let clean = r.text(&text, "artifact", found)?;
+            if !is_text(&o.content_type) {
+                self.unscrubbed.push(o.key.clone());
+                continue;
+            }
+            let unreadable = |why: String| {
+                Error::invalid(
+                    "scrub",
+                    format!(
+                        "cannot scrub artifact {} ({}): {why}; erase it, or export without --scrub",
+                        o.key, o.content_type
+                    ),
+                )
+            };
+            let bytes = STANDARD.decode(&o.base64).map_err(|e| unreadable(e.to_string()))?;
+            let text =
+                String::from_utf8(bytes).map_err(|_| unreadable("its bytes are not UTF-8 text".into()))?;
+            let clean = r.text(&text, "artifact", found).map_err(|e| unreadable(e.to_string()))?;
             if clean != text {
                 o.base64 = STANDARD.encode(clean.as_bytes());
                 if let Some(a) = rec.artifacts.iter_mut().find(|a| a.key == o.key) {

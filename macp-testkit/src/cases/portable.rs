@@ -22,6 +22,28 @@ fn body(b: &RoomBundle) -> String {
     format!("{record}\n{objects}")
 }
 
+/// What clients read of the room (summary, context, timeline, feed) and the counters its
+/// store keeps (finding and tag counts, graph counts, events per kind): a moved room must
+/// read the same, not only export the same.
+async fn reads(m: &Macp, store: &Arc<dyn macp_core::Store>, who: &Principal, room: RoomId) -> String {
+    let json = |v: serde_json::Result<String>| v.expect("as JSON");
+    let summary = json(serde_json::to_string(&m.room_summary(who, room).await.unwrap()));
+    let context = json(serde_json::to_string(&m.room_context(who, room).await.unwrap()));
+    let timeline =
+        m.timeline(who, TimelineQuery { limit: Some(200), ..TimelineQuery::new(room) }).await.unwrap();
+    let feed = m.feed_page(who, room, None, Some(500)).await.unwrap();
+    let (findings, graph, events) = (
+        store.finding_stats(room).await.unwrap(),
+        store.entity_stats(room).await.unwrap(),
+        store.count_events(room, 0).await.unwrap(),
+    );
+    format!(
+        "{summary}\n{context}\n{}\n{}\n{findings:?}\n{graph:?}\n{events:?}",
+        json(serde_json::to_string(&timeline)),
+        json(serde_json::to_string(&feed))
+    )
+}
+
 /// What the moving cases move: a room with every kind of record ([`fill`]), plus a merge, an
 /// erased finding, a phase, an answered decision and a resolution (closed). Returns the room,
 /// its artifact's key (where the backend stores artifacts), the merged-away entity, the entity
@@ -37,7 +59,8 @@ async fn history(
         .add_entity(
             who,
             AddEntity::new(room, a.clone(), "orders db primary", EntityType::Resource)
-                .identifier("ip", "10.0.1.7"),
+                .identifier("ip", "10.0.1.7")
+                .property("engine", "postgres 16"),
         )
         .await
         .unwrap()
@@ -53,9 +76,34 @@ async fn history(
         .finding
         .finding_id;
     m.erase(who, Erase::finding(room, a.clone(), oops, "wrong incident")).await.unwrap();
+    let theory = m
+        .post_finding(
+            who,
+            PostFinding::new(room, a.clone(), "theory: the pool leaks on retries")
+                .hypothesis()
+                .mentions([a.clone()]),
+        )
+        .await
+        .unwrap()
+        .finding
+        .finding_id;
+    m.post_finding(
+        who,
+        PostFinding::new(room, a.clone(), "superseded: the pool is simply too small")
+            .verdict(macp_core::model::VerdictKind::Supersedes, theory),
+    )
+    .await
+    .unwrap();
     m.post_finding(who, PostFinding::new(room, a.clone(), "ticket INC-4711 tracks the failover"))
         .await
         .unwrap();
+    m.declare_status(
+        who,
+        macp_core::service::DeclareStatus::new(room, a.clone(), macp_core::model::AgentStatus::Blocked)
+            .reason("waiting for the DBA"),
+    )
+    .await
+    .unwrap();
     m.steer_room(
         who,
         SteerRoom { marker: Some("mitigation".into()), ..SteerRoom::new(room) },
@@ -98,11 +146,12 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
     let who = principal("port@example.com");
     let (room, key, alias, winner, oops) = history(&m, &backend, &who).await;
     let a = agent("ret-agent");
+    let read_before = reads(&m, &backend.store, &who, room).await;
     let before = m.export_room(room, false).await.expect("export");
     assert_eq!((before.format.as_str(), before.version), ("macp-room-bundle", 1));
     assert_eq!(before.exported_from, backend.store.name());
     let r = &before.record;
-    assert_eq!(r.findings.len(), 4);
+    assert_eq!(r.findings.len(), 6);
     assert!(r.findings.iter().enumerate().all(|(i, f)| f.seq == i as u64 + 1));
     assert!(r.events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
     assert!(r.findings.iter().any(|f| f.finding_id == oops && f.erased.is_some()));
@@ -132,7 +181,7 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
     }
     let json = serde_json::to_string(&before).unwrap();
     let report = m.import_room(serde_json::from_str(&json).unwrap(), None).await.expect("import");
-    assert_eq!(report.findings, 4);
+    assert_eq!(report.findings, 6);
     assert_eq!(report.events, r.events.len() as u64);
     assert_eq!(report.objects, u64::from(key.is_some()));
     let closed = r.room.closed_at.expect("closed");
@@ -142,10 +191,11 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
         "it keeps its retention"
     );
     if backend.vector_index.is_some() {
-        assert_eq!(report.indexed, 3, "every finding but the erased one is embedded again");
+        assert_eq!(report.indexed, 5, "every finding but the erased one is embedded again");
     }
     let after = m.export_room(room, false).await.expect("export after import");
     assert_eq!(body(&after), body(&before), "the room came back different");
+    assert_eq!(reads(&m, &backend.store, &who, room).await, read_before, "the room reads differently");
 
     // It is found, and resolves, as before.
     let hits = m.search_findings(&who, SearchFindings::new(room, "numbatported17")).await.unwrap();
@@ -162,7 +212,7 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
     // And carries on from where it stopped.
     m.steer_room(&who, SteerRoom { reopen: true, ..SteerRoom::new(room) }, Channel::Person).await.unwrap();
     let next = m.post_finding(&who, PostFinding::new(room, a.clone(), "after the move")).await.unwrap();
-    assert_eq!(next.finding.seq, 5, "the timeline continues its sequence");
+    assert_eq!(next.finding.seq, 7, "the timeline continues its sequence");
     let head = backend.store.last_event_seq(room).await.unwrap();
     assert_eq!(head, r.events.len() as u64 + 2, "the feed continues its sequence");
 
@@ -199,29 +249,118 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
     m.post_finding(&who, PostFinding::new(room, a.clone(), "customer ticket INC-4711 says so"))
         .await
         .unwrap();
-    m.ask_decision(&who, AskDecision::new(room, a, "page the owner of INC-4711?")).await.unwrap();
+    m.ask_decision(&who, AskDecision::new(room, a.clone(), "page the owner of INC-4711?")).await.unwrap();
+    let dup = m
+        .post_finding(&who, PostFinding::new(room, a.clone(), "a duplicate"))
+        .await
+        .unwrap()
+        .finding
+        .finding_id;
+    m.erase(&who, Erase::finding(room, a.clone(), dup, "belongs to INC-4712")).await.unwrap();
+    // Two claims whose subjects differ only in what the scrub replaces stay two claims.
+    for subject in ["chase INC-4711", "chase INC-4712"] {
+        m.claim_work(&who, macp_core::service::ClaimWork::new(room, a.clone(), subject)).await.unwrap();
+    }
+    let mut text_key = None;
+    if let Some((_, t)) = &backend.blobs {
+        for (name, content_type, bytes) in [
+            ("notes.txt", "text/plain", b"the dump names INC-4711 twice: INC-4711".to_vec()),
+            ("graph.png", "image/png", vec![0x89, b'P', b'N', b'G', 0, 1, 2, 3]),
+        ] {
+            let ticket = m
+                .request_artifact_upload(
+                    &who,
+                    macp_core::service::RequestUpload {
+                        room_id: room,
+                        agent_id: Some(a.clone()),
+                        filename: name.into(),
+                        content_type: content_type.into(),
+                        size: bytes.len() as u64,
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(t.put(&presigned(&ticket), content_type, bytes).await, 200);
+            m.register_artifact(
+                &who,
+                macp_core::service::RegisterArtifact {
+                    room_id: room,
+                    agent_id: Some(a.clone()),
+                    key: ticket.key.clone(),
+                    description: None,
+                    linked_finding_ids: vec![],
+                    linked_entity_ids: vec![],
+                    idempotency_key: None,
+                },
+            )
+            .await
+            .unwrap();
+            if content_type == "text/plain" {
+                text_key = Some(ticket.key);
+            }
+        }
+    }
     let plain = m.export_room(room, false).await.unwrap();
     assert!(serde_json::to_string(&plain).unwrap().contains("INC-4711"));
     assert!(plain.scrubbed.is_none());
 
     // The same data, served with an operator's pattern added since.
-    let mut b = macp_core::Macp::builder()
-        .store(backend.store.clone())
-        .clock(clock)
-        .redactor(Redactor::new().pattern("ticket", r"INC-[0-9]+").unwrap());
+    let redactor = || Redactor::new().pattern("ticket", r"[Ii][Nn][Cc]-[0-9]+").unwrap();
+    let mut b =
+        macp_core::Macp::builder().store(backend.store.clone()).clock(clock.clone()).redactor(redactor());
     if let Some((blobs, _)) = &backend.blobs {
         b = b.blob_store(blobs.clone());
     }
     let scrubbing = b.build().unwrap();
     let scrubbed = scrubbing.export_room(room, true).await.unwrap();
-    let text = serde_json::to_string(&scrubbed).unwrap();
-    assert!(!text.contains("INC-4711"), "the scrub left the ticket in the bundle");
+    let bytes_of = |bundle: &RoomBundle| -> String {
+        use base64::Engine as _;
+        bundle
+            .objects
+            .iter()
+            .map(|o| {
+                String::from_utf8_lossy(&base64::engine::general_purpose::STANDARD.decode(&o.base64).unwrap())
+                    .into_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let text = format!("{}\n{}", serde_json::to_string(&scrubbed).unwrap(), bytes_of(&scrubbed));
+    assert!(
+        !text.contains("INC-4711") && !text.contains("INC-4712"),
+        "the scrub left a ticket in the bundle"
+    );
     assert!(text.contains("[redacted:ticket]"));
     let counts = scrubbed.scrubbed.as_ref().expect("a scrubbed bundle says so");
-    // At least the finding and the question, and their events' summaries where they quote them.
-    assert!(counts.0.get("ticket").is_some_and(|n| *n >= 2), "{counts:?}");
+    assert!(counts.0.get("ticket").is_some_and(|n| *n >= 6), "{counts:?}");
+    let claims: Vec<&str> =
+        scrubbed.record.claims.iter().map(|c| c.key.as_str()).filter(|k| k.starts_with("chase")).collect();
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert_ne!(claims[0], claims[1], "two claims became one");
+    if let Some(key) = &text_key {
+        let a = scrubbed.record.artifacts.iter().find(|a| &a.key == key).unwrap();
+        assert!(bytes_of(&scrubbed).contains("the dump names [redacted:ticket] twice"));
+        assert_eq!(a.size as usize, "the dump names [redacted:ticket] twice: [redacted:ticket]".len());
+        assert_eq!(scrubbed.unscrubbed.len(), 1, "the image travels as it is, and is listed");
+        assert!(scrubbed.unscrubbed[0].ends_with("graph.png"));
+    }
     // The room itself is untouched.
     assert_eq!(body(&m.export_room(room, false).await.unwrap()), body(&plain));
+
+    // The scrubbed bundle is what an archive restores: whole, and without the tickets.
+    backend.store.purge_room(room).await.unwrap();
+    if let Some((blobs, _)) = &backend.blobs {
+        blobs.delete_prefix(&format!("rooms/{room}/")).await.unwrap();
+    }
+    m.import_room(scrubbed.clone(), None).await.expect("import the scrubbed bundle");
+    let again = m.export_room(room, false).await.unwrap();
+    assert_eq!(body(&again), body(&scrubbed));
+
+    // A name matched as written cannot take a placeholder: the scrub refuses it, naming it.
+    m.steer_room(&who, SteerRoom { reopen: true, ..SteerRoom::new(room) }, Channel::Person).await.unwrap();
+    m.post_finding(&who, PostFinding::new(room, a, "tagged by ticket").tags(["inc-4799"])).await.unwrap();
+    let e = expect_code(scrubbing.export_room(room, true).await, "invalid_input");
+    assert!(e.to_string().contains("finding tag"), "{e}");
 }
 
 /// A room moved from one backend to another and back (the embedded default to AWS and back,
@@ -233,6 +372,7 @@ pub async fn a_room_moves_between_backends_intact(from: Backend, to: Backend, ba
     let who = principal("port@example.com");
     let source = service(&from, clock.clone(), 0);
     let (room, key, ..) = history(&source, &from, &who).await;
+    let read_first = reads(&source, &from.store, &who, room).await;
     let first = source.export_room(room, false).await.expect("export from the first backend");
     assert_eq!(first.objects.len(), usize::from(key.is_some()));
     let mut moved = first.clone();
@@ -250,6 +390,11 @@ pub async fn a_room_moves_between_backends_intact(from: Backend, to: Backend, ba
             "the room moved {leg} ({} to {}) is not the same",
             from.store.name(),
             backend.store.name()
+        );
+        assert_eq!(
+            reads(&m, &backend.store, &who, room).await,
+            read_first,
+            "the room moved {leg} reads differently"
         );
         let hits = m.search_findings(&who, SearchFindings::new(room, "numbatported17")).await.unwrap();
         assert!(hits.results.iter().any(|h| h.finding.content.contains("numbatported17")), "not found {leg}");
