@@ -350,8 +350,14 @@ impl Macp {
                 // An ack that moves nothing (the usual case in a loop that acks each page it
                 // reads again) costs a read, not a write.
                 let now = store.read_position(q.room_id, a).await?;
-                position =
-                    Some(if to > now { store.advance_read_position(q.room_id, a, to).await? } else { now });
+                position = Some(if to > now {
+                    // Never past the feed's head, whatever a (hand-made) cursor says: a read
+                    // position ahead of the feed would hide what comes next.
+                    let to = to.min(store.last_event_seq(q.room_id).await?);
+                    store.advance_read_position(q.room_id, a, to.max(now)).await?
+                } else {
+                    now
+                });
             } else {
                 position = Some(store.read_position(q.room_id, a).await?);
             }

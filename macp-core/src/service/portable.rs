@@ -100,7 +100,12 @@ impl Macp {
     pub async fn export_room(&self, room_id: RoomId, scrub: bool) -> Result<RoomBundle> {
         let store = &self.inner.store;
         let mut changed = String::new();
-        for _ in 0..EXPORT_ATTEMPTS {
+        for attempt in 0..EXPORT_ATTEMPTS {
+            if attempt > 0 {
+                // A change in flight settles, and an index read lagging its table catches up
+                // (DynamoDB's secondary indexes are eventually consistent).
+                tokio::time::sleep(std::time::Duration::from_millis(250 << attempt)).await;
+            }
             let before = store.last_event_seq(room_id).await?;
             let record = self.read_record(room_id).await?;
             let objects = match self.read_objects(&record).await? {
@@ -239,6 +244,10 @@ impl Macp {
                 break;
             }
         }
+        // Positions acked before they were capped at the head could be past it.
+        for p in &mut read_positions {
+            p.seq = p.seq.min(events.len() as u64);
+        }
         Ok(RoomRecord {
             room,
             agents,
@@ -324,10 +333,11 @@ impl Macp {
             let blobs = self.inner.blobs.as_ref().ok_or_else(|| {
                 Error::invalid("objects", "the bundle has artifacts but this server has no artifact storage")
             })?;
+            // The room does not exist here, so nothing refers to what its prefix holds: an
+            // earlier import cut short left it (maybe bytes since erased at the source). The
+            // bundle's bytes replace all of it.
+            blobs.delete_prefix(&super::artifacts::room_prefix(room_id)).await?;
             for (o, bytes) in objects {
-                // The room does not exist here, so nothing refers to what its prefix holds: an
-                // earlier import cut short left it. The bundle's bytes replace it.
-                blobs.delete(&o.key).await?;
                 blobs.write_object(&o.key, &o.content_type, bytes).await?;
                 written.push(o.key);
                 report.objects += 1;
@@ -336,8 +346,12 @@ impl Macp {
         // Whatever a (hand-made) bundle says: findings are embedded again here.
         unindexed(&mut bundle.record.findings);
         if let Err(e) = self.inner.store.restore_room(&bundle.record).await {
-            // No room, so no object of it either.
-            if let Some(blobs) = &self.inner.blobs {
+            // No room, so no object of it either; unless the room is there after all (its last
+            // write committed but its answer was lost, or another import of it won): then the
+            // bytes are its.
+            let there = matches!(e, Error::AlreadyExists { .. })
+                || self.inner.store.get_room(room_id).await.ok().flatten().is_some();
+            if let (Some(blobs), false) = (&self.inner.blobs, there) {
                 for key in &written {
                     let _ = blobs.delete(key).await;
                 }
@@ -508,12 +522,16 @@ fn unique<T: std::hash::Hash + Eq + std::fmt::Display>(
     Ok(())
 }
 
-/// Whether an artifact of this MIME type is text the scrub reads (others travel as they are,
-/// listed in [`RoomBundle::unscrubbed`]).
+/// Whether an artifact of this MIME type claims to be text: the scrub refuses one whose bytes
+/// are not UTF-8 (it cannot read it, and must not pass it unread). Any other artifact is scrubbed
+/// when its bytes are UTF-8 (a log uploaded as `application/octet-stream`), and otherwise travels
+/// as it is, listed in [`RoomBundle::unscrubbed`].
 fn is_text(content_type: &str) -> bool {
     let t = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     t.starts_with("text/")
-        || ["json", "xml", "yaml", "csv", "x-ndjson", "javascript"].iter().any(|k| t.contains(k))
+        || ["/json", "+json", "/xml", "+xml", "/yaml", "+yaml", "/x-yaml", "/x-ndjson", "/javascript"]
+            .iter()
+            .any(|k| t.ends_with(k))
 }
 
 /// The scrub: every text the record carries, as [`crate::redact`] treats the write that
@@ -622,10 +640,6 @@ impl Redact for RoomBundle {
             e.summary = crate::model::Event::summary_of(&e.summary);
         }
         for o in &mut self.objects {
-            if !is_text(&o.content_type) {
-                self.unscrubbed.push(o.key.clone());
-                continue;
-            }
             let unreadable = |why: String| {
                 Error::invalid(
                     "scrub",
@@ -636,8 +650,16 @@ impl Redact for RoomBundle {
                 )
             };
             let bytes = STANDARD.decode(&o.base64).map_err(|e| unreadable(e.to_string()))?;
-            let text =
-                String::from_utf8(bytes).map_err(|_| unreadable("its bytes are not UTF-8 text".into()))?;
+            let text = match String::from_utf8(bytes) {
+                Ok(text) => text,
+                Err(_) if is_text(&o.content_type) => {
+                    return Err(unreadable("its bytes are not UTF-8 text".into()));
+                }
+                Err(_) => {
+                    self.unscrubbed.push(o.key.clone());
+                    continue;
+                }
+            };
             let clean = r.text(&text, "artifact", found).map_err(|e| unreadable(e.to_string()))?;
             if clean != text {
                 o.base64 = STANDARD.encode(clean.as_bytes());
@@ -647,5 +669,33 @@ impl Redact for RoomBundle {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_text;
+
+    #[test]
+    fn text_is_told_by_the_content_types_suffix_not_by_a_substring() {
+        for t in [
+            "text/plain",
+            "text/csv; charset=utf-8",
+            "application/json",
+            "application/vnd.api+json",
+            "application/xml",
+            "image/svg+xml",
+            "application/x-ndjson",
+        ] {
+            assert!(is_text(t), "{t}");
+        }
+        for t in [
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+            "application/octet-stream",
+            "image/png",
+            "application/zip",
+        ] {
+            assert!(!is_text(t), "{t}");
+        }
     }
 }

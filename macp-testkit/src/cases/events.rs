@@ -265,6 +265,15 @@ pub async fn read_positions_move_forward_only_on_ack(backend: Backend) {
         Some(first.cursor.as_str()),
         "an older ack leaves the position"
     );
+    // A cursor past the feed's head (hand-made: cursors are not signed) moves the position to
+    // the head, not beyond it, where it would hide what comes next.
+    let beyond = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("e1\u{1f}{}\u{1f}999999", f.room))
+    };
+    let capped = f.macp.updates(&f.bob, as_b().cursor(beyond).ack()).await.unwrap();
+    let head = f.macp.updates(&f.bob, UpdatesQuery::new(f.room)).await.unwrap().cursor;
+    assert_eq!(capped.read_position.as_deref(), Some(head.as_str()), "a read position past the head");
     // Positions are per agent: Alice's agent has acknowledged nothing.
     let a = f.macp.updates(&f.alice, UpdatesQuery::new(f.room).agent(f.a.clone())).await.unwrap();
     assert_eq!(a.findings.len(), 3);
