@@ -79,6 +79,8 @@ resource "aws_lb_target_group" "server" {
   }
 }
 
+# Plain HTTP forwards only when the operator asked for it outright (allow_plain_http): bearer
+# tokens must not cross the network in clear by default.
 resource "aws_lb_listener" "http" {
   count = local.https ? 0 : 1
 
@@ -89,6 +91,33 @@ resource "aws_lb_listener" "http" {
   default_action {
     type             = "forward"
     target_group_arn = aws_lb_target_group.server.arn
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.allow_plain_http
+      error_message = "Set certificate_arn (an ACM certificate for the name in public_url): agents send bearer tokens, which must not cross the network in clear. For a throwaway test deployment only, allow_plain_http = true serves plain HTTP."
+    }
+  }
+}
+
+# With TLS, port 80 answers only with a redirect to HTTPS: a client configured with http://
+# learns the right URL and sends nothing over it.
+resource "aws_lb_listener" "http_redirect" {
+  count = local.https ? 1 : 0
+
+  load_balancer_arn = aws_lb.this.arn
+  port              = 80
+  protocol          = "HTTP"
+
+  default_action {
+    type = "redirect"
+
+    redirect {
+      protocol    = "HTTPS"
+      port        = "443"
+      status_code = "HTTP_301"
+    }
   }
 }
 

@@ -172,6 +172,18 @@ resource "aws_vpc_security_group_ingress_rule" "alb_from_clients" {
   to_port           = local.listener_port
 }
 
+# Port 80 too when it only redirects to HTTPS (see aws_lb_listener.http_redirect).
+resource "aws_vpc_security_group_ingress_rule" "alb_redirect_from_clients" {
+  for_each = local.https ? toset(local.client_cidrs) : toset([])
+
+  security_group_id = aws_security_group.alb.id
+  description       = "Agents' hosts: HTTP, redirected to HTTPS"
+  cidr_ipv4         = each.key
+  ip_protocol       = "tcp"
+  from_port         = 80
+  to_port           = 80
+}
+
 resource "aws_vpc_security_group_egress_rule" "alb_to_server" {
   security_group_id            = aws_security_group.alb.id
   description                  = "Forward to macp serve"

@@ -170,9 +170,15 @@ variable "server_port" {
 }
 
 variable "certificate_arn" {
-  description = "ACM certificate for an HTTPS listener on the load balancer (for the name in public_url). Without it the load balancer listens on plain HTTP port 80 inside the VPC."
+  description = "ACM certificate for the load balancer's HTTPS listener (for the name in public_url). Required unless allow_plain_http: agents send bearer tokens, which must not cross the network in clear. Port 80 then only redirects to HTTPS."
   type        = string
   default     = null
+}
+
+variable "allow_plain_http" {
+  description = "Serve plain HTTP on port 80 without a certificate, for a throwaway test deployment only: every agent's bearer token then crosses the VPC (and any peering or VPN) in clear."
+  type        = bool
+  default     = false
 }
 
 variable "public_url" {

@@ -15,7 +15,10 @@ python-hcl2 (no tofu/terraform binary, no AWS account) and checks:
   * every S3 bucket blocks public access (all four settings) and has default encryption;
   * the server's IAM policy grants the table actions on each table and its indexes, object
     read/write in the artifact bucket, vector read/write on the index, InvokeModel on the
-    embedding model only, and nothing on "*".
+    embedding model only, and nothing on "*";
+  * TLS by default: the HTTPS listener has a certificate, port 80 only redirects to HTTPS, and
+    a plain HTTP listener that forwards exists only under a precondition on allow_plain_http
+    (default false).
 
 Usage (from anywhere; paths resolve from this file):
 
@@ -532,6 +535,51 @@ class Checker:
             f"vector index {', '.join(indexes) or '?'}, {model}"
         )
 
+    # -- listeners ------------------------------------------------------------------------
+
+    def check_listeners(self) -> None:
+        """Bearer tokens never cross the network in clear by default: an HTTP listener that
+        forwards exists only under a precondition on var.allow_plain_http (default false), an
+        HTTPS listener carries the certificate, and with it port 80 only redirects to HTTPS."""
+        listeners = self.m.resource("aws_lb_listener")
+        plain = self.m.variables.get("allow_plain_http")
+        if plain is None or plain.get("default") is not False:
+            self.fail("variable allow_plain_http must exist and default to false (TLS by default)")
+        forwards, redirects, tls = [], [], []
+        for label, body in listeners.items():
+            actions = body.get("default_action", [])
+            actions = actions if isinstance(actions, list) else [actions]
+            kinds = {a.get("type") for a in actions if isinstance(a, dict)}
+            proto = body.get("protocol")
+            if proto == "HTTPS":
+                tls.append(label)
+                if "certificate_arn" not in body:
+                    self.fail(f"aws_lb_listener.{label}: HTTPS without certificate_arn")
+            elif "forward" in kinds:
+                forwards.append(label)
+                conds = [
+                    str(p.get("condition"))
+                    for lc in body.get("lifecycle", [])
+                    for p in (lc.get("precondition", []) if isinstance(lc, dict) else [])
+                ]
+                if not any("var.allow_plain_http" in c for c in conds):
+                    self.fail(
+                        f"aws_lb_listener.{label}: forwards plain {proto} without a precondition on "
+                        "var.allow_plain_http: tokens would cross the network in clear by default"
+                    )
+            elif "redirect" in kinds:
+                redirects.append(label)
+                to = [r for a in actions if isinstance(a, dict) for r in a.get("redirect", [])]
+                if not to or any(r.get("protocol") != "HTTPS" for r in to):
+                    self.fail(f"aws_lb_listener.{label}: redirects, but not to HTTPS")
+        if not tls:
+            self.fail("no HTTPS aws_lb_listener: the load balancer cannot serve TLS")
+        if not redirects:
+            self.fail("no aws_lb_listener redirecting HTTP to HTTPS")
+        self.facts.append(
+            f"TLS by default ({len(tls)} HTTPS listener, port 80 redirects; plain HTTP only with allow_plain_http)"
+        )
+
     def run(self) -> bool:
         self.check_tables()
         self.check_vectors()
@@ -540,6 +588,7 @@ class Checker:
         self.check_provider_version()
         self.check_buckets()
         self.check_iam()
+        self.check_listeners()
         return not self.problems
 
 
