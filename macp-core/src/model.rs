@@ -476,6 +476,18 @@ pub struct Standing {
 }
 
 impl Finding {
+    /// What the feed says of its post: the content, after the verdict it passes and on which
+    /// finding (`refutes <id>: …`). [`Event::new`] then makes it one line of at most
+    /// [`Event::SUMMARY_CHARS`].
+    pub fn post_summary(&self) -> String {
+        match self.verdict {
+            Some(v) => {
+                format!("{v} {}: {}", self.reply_to.map(|r| r.to_string()).unwrap_or_default(), self.content)
+            }
+            None => self.content.clone(),
+        }
+    }
+
     /// Erases the finding as every store must (see
     /// [`FindingStore::erase_finding`](crate::store::FindingStore::erase_finding)): the
     /// content becomes the erasure's notice, the evidence goes, the erasure is recorded, and it is

@@ -364,15 +364,7 @@ impl Macp {
             finding.finding_id.to_string(),
             now,
         );
-        let summary = match finding.verdict {
-            Some(v) => format!(
-                "{v} {}: {}",
-                req.reply_to.map(|r| r.to_string()).unwrap_or_default(),
-                finding.content
-            ),
-            None => finding.content.clone(),
-        };
-        let event = Event::new(EventKind::FindingPosted, now, who.user_id.clone(), &summary)
+        let event = Event::new(EventKind::FindingPosted, now, who.user_id.clone(), &finding.post_summary())
             .agent(&session.agent_id)
             .finding(finding.finding_id);
         // Where the index is the store itself, the vector is written with the post, which is

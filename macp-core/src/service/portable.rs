@@ -19,6 +19,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
 use super::*;
+use crate::ids::FindingId;
 use crate::model::{Finding, IndexStatus};
 use crate::redact::{Redact, Redactions, Redactor};
 use crate::store::{ArtifactQuery, FindingQuery, HeldIdentifier, ReadPosition, RelationshipKey, RoomRecord};
@@ -561,7 +562,15 @@ impl Redact for RoomBundle {
             .chain(rec.agents.iter().map(|a| (a.agent_id.as_str(), "agent_id")))
             .chain(rec.agents.iter().filter_map(|a| Some((a.agent_type.as_deref()?, "agent_type"))))
             .chain(rec.artifacts.iter().map(|a| (a.key.as_str(), "artifact key")))
-            .chain(rec.relationships.iter().map(|x| (x.relationship_type.as_str(), "relationship_type")));
+            .chain(rec.relationships.iter().map(|x| (x.relationship_type.as_str(), "relationship_type")))
+            .chain(
+                rec.findings
+                    .iter()
+                    .filter_map(|f| f.idempotency_key.as_deref())
+                    .chain(rec.relationships.iter().filter_map(|x| x.idempotency_key.as_deref()))
+                    .chain(rec.artifacts.iter().filter_map(|a| a.idempotency_key.as_deref()))
+                    .map(|k| (k, "idempotency_key")),
+            );
         for (text, field) in names {
             fixed(text, field)?;
         }
@@ -634,10 +643,22 @@ impl Redact for RoomBundle {
                 r.apply(&mut a.text, "answer", found)?;
             }
         }
+        // A finding's post is summarised again from its scrubbed content, as the post's own
+        // summary was made: scrubbing the summary, already cut at its length, could miss a
+        // secret the cut split and leave its first part.
+        let posts: HashMap<FindingId, &Finding> = rec.findings.iter().map(|f| (f.finding_id, f)).collect();
         for e in &mut rec.events {
-            r.apply(&mut e.summary, "summary", found)?;
-            // A placeholder can be longer than what it replaced.
-            e.summary = crate::model::Event::summary_of(&e.summary);
+            match e.finding_id.and_then(|id| posts.get(&id)) {
+                // An erased finding's events already carry its notice, as the erasure left them.
+                Some(f) if e.kind == crate::model::EventKind::FindingPosted && f.erased.is_none() => {
+                    e.summary = crate::model::Event::summary_of(&f.post_summary());
+                }
+                _ => {
+                    r.apply(&mut e.summary, "summary", found)?;
+                    // A placeholder can be longer than what it replaced.
+                    e.summary = crate::model::Event::summary_of(&e.summary);
+                }
+            }
         }
         for o in &mut self.objects {
             let unreadable = |why: String| {

@@ -250,6 +250,14 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
         .await
         .unwrap();
     m.ask_decision(&who, AskDecision::new(room, a.clone(), "page the owner of INC-4711?")).await.unwrap();
+    // A secret that the feed summary's 160-character cut splits: scrubbing the summary alone
+    // would leave its first part.
+    m.post_finding(
+        &who,
+        PostFinding::new(room, a.clone(), format!("{}BADGE-12345678 opened it", "word ".repeat(30))),
+    )
+    .await
+    .unwrap();
     let dup = m
         .post_finding(&who, PostFinding::new(room, a.clone(), "a duplicate"))
         .await
@@ -305,7 +313,13 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
     assert!(plain.scrubbed.is_none());
 
     // The same data, served with an operator's pattern added since.
-    let redactor = || Redactor::new().pattern("ticket", r"[Ii][Nn][Cc]-[0-9]+").unwrap();
+    let redactor = || {
+        Redactor::new()
+            .pattern("ticket", r"[Ii][Nn][Cc]-[0-9]+")
+            .unwrap()
+            .pattern("badge", "BADGE-[0-9]{8}")
+            .unwrap()
+    };
     let mut b =
         macp_core::Macp::builder().store(backend.store.clone()).clock(clock.clone()).redactor(redactor());
     if let Some((blobs, _)) = &backend.blobs {
@@ -331,6 +345,7 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
         "the scrub left a ticket in the bundle"
     );
     assert!(text.contains("[redacted:ticket]"));
+    assert!(!text.contains("BADGE-1"), "the scrub left part of a badge in the bundle");
     let counts = scrubbed.scrubbed.as_ref().expect("a scrubbed bundle says so");
     assert!(counts.0.get("ticket").is_some_and(|n| *n >= 6), "{counts:?}");
     let claims: Vec<&str> =
