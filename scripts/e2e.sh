@@ -55,25 +55,23 @@ echo "--> TypeScript SDK client"
 start_server ts
 node "$node_dir/ts_client.mjs" "$url"
 
-echo "--> MCP conformance suite (expected failures: tests/e2e/conformance-expected-failures.yml)"
-start_server conformance
-if "$node22" "$node_dir/node_modules/@modelcontextprotocol/conformance/dist/index.js" server \
-    --url "$url" --expected-failures tests/e2e/conformance-expected-failures.yml >"$work/conformance.out" 2>&1; then
-  passed=$(grep -c '^✓' "$work/conformance.out" || true)
-  echo "conformance: every scenario outside the fixture list passes ($passed scenarios green)"
-else
-  sed 's/\x1b\[[0-9;]*m//g' "$work/conformance.out" | tail -n 60
-  echo "conformance suite failed"
-  exit 1
-fi
+# conformance LABEL PACKAGE EXPECTED-FAILURES [ARGS…]: one run of an MCP conformance suite
+# against $url; every scenario (and check) outside the expected-failures list must pass.
+conformance() {
+  local label=$1 package=$2 expected=$3 out="$work/conformance-$1.out"
+  shift 3
+  echo "--> MCP conformance suite, $label (expected failures: $expected)"
+  if "$node22" "$node_dir/node_modules/$package/dist/index.js" server "$@" \
+      --url "$url" --expected-failures "$expected" >"$out" 2>&1; then
+    passed=$(grep -c '^✓' "$out" || true)
+    echo "conformance $label: every scenario outside the fixture list passes ($passed scenarios green)"
+  else
+    sed 's/\x1b\[[0-9;]*m//g' "$out" | tail -n 60
+    echo "conformance suite ($label) failed"
+    exit 1
+  fi
+}
 
-echo "--> MCP conformance suite, 2026-07-28 revision (stateless; expected failures: tests/e2e/conformance-2026-expected-failures.yml)"
-if "$node22" "$node_dir/node_modules/conformance-2026/dist/index.js" server --requirements 2026-07-28 \
-    --url "$url" --expected-failures tests/e2e/conformance-2026-expected-failures.yml >"$work/conformance-2026.out" 2>&1; then
-  passed=$(grep -c '^✓' "$work/conformance-2026.out" || true)
-  echo "conformance 2026-07-28: every scenario and check outside the fixture list passes ($passed scenarios green)"
-else
-  sed 's/\x1b\[[0-9;]*m//g' "$work/conformance-2026.out" | tail -n 60
-  echo "conformance suite (2026-07-28) failed"
-  exit 1
-fi
+start_server conformance
+conformance 2025-11-25 @modelcontextprotocol/conformance tests/e2e/conformance-expected-failures.yml
+conformance 2026-07-28 conformance-2026 tests/e2e/conformance-2026-expected-failures.yml --requirements 2026-07-28

@@ -18,6 +18,17 @@ fn ttl(expires_at: Timestamp) -> Result<PresigningConfig> {
         .map_err(|e| Error::invalid("expires_at", format!("cannot presign for that long: {e}")))
 }
 
+/// Whether S3 answered with one of `codes`, or with `status` where it sends no code (a HEAD's
+/// 404 has no body).
+fn answered<E: aws_sdk_s3::error::ProvideErrorMetadata>(
+    e: &aws_sdk_s3::error::SdkError<E, aws_smithy_runtime_api::client::orchestrator::HttpResponse>,
+    codes: &[&str],
+    status: u16,
+) -> bool {
+    code_of(e).is_some_and(|c| codes.contains(&c))
+        || e.raw_response().is_some_and(|r| r.status().as_u16() == status)
+}
+
 #[async_trait]
 impl BlobStore for AwsBackend {
     fn name(&self) -> &'static str {
@@ -85,12 +96,7 @@ impl BlobStore for AwsBackend {
                 size: o.content_length().unwrap_or(0).max(0) as u64,
                 content_type: o.content_type().unwrap_or_default().to_owned(),
             })),
-            Err(e)
-                if matches!(code_of(&e), Some("NotFound" | "NoSuchKey"))
-                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
-            {
-                Ok(None)
-            }
+            Err(e) if answered(&e, &["NotFound", "NoSuchKey"], 404) => Ok(None),
             Err(e) => Err(aws_err("s3", "HeadObject", e)),
         }
     }
@@ -106,10 +112,7 @@ impl BlobStore for AwsBackend {
     async fn read_object(&self, key: &str) -> Result<Option<(ObjectMeta, Vec<u8>)>> {
         let got = match self.s3.get_object().bucket(&self.names.artifact_bucket).key(key).send().await {
             Ok(o) => o,
-            Err(e)
-                if matches!(code_of(&e), Some("NotFound" | "NoSuchKey"))
-                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
-            {
+            Err(e) if answered(&e, &["NotFound", "NoSuchKey"], 404) => {
                 return Ok(None);
             }
             Err(e) => return Err(aws_err("s3", "GetObject", e)),
@@ -138,10 +141,7 @@ impl BlobStore for AwsBackend {
             .await;
         match put {
             Ok(_) => Ok(()),
-            Err(e)
-                if matches!(code_of(&e), Some("PreconditionFailed"))
-                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 412) =>
-            {
+            Err(e) if answered(&e, &["PreconditionFailed"], 412) => {
                 Err(Error::AlreadyExists { what: "object", id: key.to_owned() })
             }
             Err(e) => Err(aws_err("s3", "PutObject", e)),

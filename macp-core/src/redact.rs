@@ -194,6 +194,20 @@ impl Redactor {
         Ok(())
     }
 
+    /// An entity's properties: every string, keys included (see [`Self::apply_json`]).
+    pub fn properties(
+        &self,
+        properties: &mut serde_json::Map<String, serde_json::Value>,
+        found: &mut Redactions,
+    ) -> Result<()> {
+        let mut v = serde_json::Value::Object(std::mem::take(properties));
+        self.apply_json(&mut v, "properties", found)?;
+        if let serde_json::Value::Object(m) = v {
+            *properties = m;
+        }
+        Ok(())
+    }
+
     /// Every string inside a JSON value (entity properties), keys included.
     pub fn apply_json(&self, v: &mut serde_json::Value, field: &str, found: &mut Redactions) -> Result<()> {
         use serde_json::Value;
@@ -291,12 +305,7 @@ impl Redact for crate::service::AddEntity {
         for i in &mut self.identifiers {
             r.identifier(&mut i.value, "identifiers.value", found)?;
         }
-        let mut props = serde_json::Value::Object(std::mem::take(&mut self.properties));
-        r.apply_json(&mut props, "properties", found)?;
-        if let serde_json::Value::Object(m) = props {
-            self.properties = m;
-        }
-        Ok(())
+        r.properties(&mut self.properties, found)
     }
 }
 

@@ -600,11 +600,7 @@ impl Redact for RoomBundle {
         }
         for e in &mut rec.entities {
             r.apply(&mut e.name, "name", found)?;
-            let mut props = serde_json::Value::Object(std::mem::take(&mut e.properties));
-            r.apply_json(&mut props, "properties", found)?;
-            if let serde_json::Value::Object(m) = props {
-                e.properties = m;
-            }
+            r.properties(&mut e.properties, found)?;
             let mut ids = std::mem::take(&mut e.identifiers);
             for id in &mut ids {
                 r.identifier(&mut id.value, "identifiers", found)?;
