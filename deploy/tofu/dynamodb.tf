@@ -1,4 +1,4 @@
-# The six DynamoDB tables macp-aws uses, exactly as macp-aws/schema.json declares them: names
+# The DynamoDB tables macp-aws uses, exactly as macp-aws/schema.json declares them: names
 # <name_prefix><table>, keys, attribute types, local and global secondary indexes. The Rust
 # setup operation reads the same file, and tests/aws/check_tofu.py fails on any difference, so
 # edit schema.json and this file together.
@@ -320,5 +320,35 @@ locals {
     events         = aws_dynamodb_table.events
     claims         = aws_dynamodb_table.claims
     decisions      = aws_dynamodb_table.decisions
+  }
+}
+
+# MCP sessions of the 2025-11-25 generation, so that any instance can carry on a client's
+# session (after a restart, a rolling replacement, or simply the next request landing on
+# another instance). One item per session, keyed by a digest of its id; DynamoDB's TTL deletes
+# an item some time after `expires_epoch` (typically within days), and the server never trusts
+# an expired one meanwhile.
+resource "aws_dynamodb_table" "protocol_sessions" {
+  name                        = "${var.name_prefix}protocol_sessions"
+  billing_mode                = "PAY_PER_REQUEST"
+  hash_key                    = "session_key"
+  deletion_protection_enabled = var.deletion_protection
+
+  attribute {
+    name = "session_key"
+    type = "S"
+  }
+
+  ttl {
+    attribute_name = "expires_epoch"
+    enabled        = true
+  }
+
+  point_in_time_recovery {
+    enabled = true
+  }
+
+  server_side_encryption {
+    enabled = true
   }
 }

@@ -69,6 +69,7 @@ data "aws_iam_policy_document" "server" {
       aws_dynamodb_table.events.arn,
       aws_dynamodb_table.claims.arn,
       aws_dynamodb_table.decisions.arn,
+      aws_dynamodb_table.protocol_sessions.arn,
     ]
   }
 

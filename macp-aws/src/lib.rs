@@ -96,6 +96,8 @@ pub struct Names {
     pub claims: String,
     /// `<prefix>decisions`.
     pub decisions: String,
+    /// `<prefix>protocol_sessions`.
+    pub sessions: String,
     /// The private artifact bucket.
     pub artifact_bucket: String,
     /// The S3 Vectors bucket.
@@ -196,6 +198,7 @@ impl AwsBuilder {
             events: format!("{prefix}events"),
             claims: format!("{prefix}claims"),
             decisions: format!("{prefix}decisions"),
+            sessions: format!("{prefix}protocol_sessions"),
             artifact_bucket: self
                 .artifact_bucket
                 .clone()

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, LocalSecondaryIndex,
-    Projection, ProjectionType, ScalarAttributeType, TableStatus,
+    Projection, ProjectionType, ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use macp_core::{Error, Result};
 use serde::Deserialize;
@@ -29,6 +29,9 @@ struct Table {
     attributes: std::collections::BTreeMap<String, String>,
     local_secondary_indexes: Vec<Lsi>,
     global_secondary_indexes: Vec<Gsi>,
+    /// The attribute (epoch seconds) DynamoDB's TTL deletes expired items by, if any.
+    #[serde(default)]
+    ttl_attribute: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +68,38 @@ fn all() -> Projection {
 }
 
 impl AwsBackend {
+    /// Turns on the table's TTL on `attr` unless it is on (or turning on) already: asking twice
+    /// is an error in DynamoDB.
+    async fn enable_ttl(&self, table: &str, attr: &str) -> Result<()> {
+        let d = self
+            .ddb
+            .describe_time_to_live()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| aws_err("dynamodb", "DescribeTimeToLive", e))?;
+        let on = d.time_to_live_description().is_some_and(|t| {
+            t.attribute_name() == Some(attr)
+                && matches!(
+                    t.time_to_live_status(),
+                    Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+                )
+        });
+        if on {
+            return Ok(());
+        }
+        let spec =
+            TimeToLiveSpecification::builder().attribute_name(attr).enabled(true).build().map_err(bad)?;
+        self.ddb
+            .update_time_to_live()
+            .table_name(table)
+            .time_to_live_specification(spec)
+            .send()
+            .await
+            .map_err(|e| aws_err("dynamodb", "UpdateTimeToLive", e))?;
+        Ok(())
+    }
+
     fn table_name(&self, logical: &str) -> &str {
         match logical {
             "rooms" => &self.names.rooms,
@@ -75,6 +110,7 @@ impl AwsBackend {
             "events" => &self.names.events,
             "claims" => &self.names.claims,
             "decisions" => &self.names.decisions,
+            "protocol_sessions" => &self.names.sessions,
             _ => &self.names.artifacts,
         }
     }
@@ -147,6 +183,9 @@ impl AwsBackend {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            if let Some(attr) = &t.ttl_attribute {
+                self.enable_ttl(&name, attr).await?;
             }
         }
         let mut bucket = self.s3.create_bucket().bucket(&self.names.artifact_bucket);

@@ -22,7 +22,7 @@ use crate::store::{
     AgentStore, AgentUpdate, ArtifactQuery, ArtifactStore, AttachOutcome, Capabilities, ClaimOutcome,
     ClaimStore, CreateOutcome, DecisionStore, EntityStats, EntityStore, EventStore, FindingQuery,
     FindingStats, FindingStore, IdempotencyKey, IdempotencyRecord, Insert, KeywordSearch, RelationshipKey,
-    RoomKey, RoomRecord, RoomStore, Store, Write,
+    RoomKey, RoomRecord, RoomStore, SessionRecord, SessionStore, Store, Write,
 };
 
 /// An in-memory [`Store`].
@@ -49,6 +49,7 @@ struct State {
     read_positions: HashMap<(RoomId, AgentId), u64>,
     claims: BTreeMap<(RoomId, String), Claim>,
     decisions: BTreeMap<(RoomId, DecisionId), Decision>,
+    sessions: HashMap<String, SessionRecord>,
 }
 
 impl MemoryStore {
@@ -873,5 +874,52 @@ impl DecisionStore for MemoryStore {
             .filter(|((r, _), d)| *r == room_id && (!open_only || d.answer.is_none()))
             .map(|(_, d)| d.clone())
             .collect())
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn put_session(&self, record: &SessionRecord) -> Result<()> {
+        interleave().await;
+        self.lock().sessions.insert(record.key.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>> {
+        interleave().await;
+        Ok(self.lock().sessions.get(key).cloned())
+    }
+
+    async fn extend_session(
+        &self,
+        key: &str,
+        join: Option<(RoomId, &AgentId)>,
+        expires_at: Timestamp,
+    ) -> Result<bool> {
+        interleave().await;
+        let mut st = self.lock();
+        let Some(s) = st.sessions.get_mut(key) else { return Ok(false) };
+        if let Some((room, agent)) = join {
+            s.joined.insert(room, agent.clone());
+        }
+        s.expires_at = expires_at;
+        Ok(true)
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<()> {
+        interleave().await;
+        self.lock().sessions.remove(key);
+        Ok(())
+    }
+
+    async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize> {
+        interleave().await;
+        let mut st = self.lock();
+        let gone: Vec<String> =
+            st.sessions.values().filter(|s| s.expires_at <= now).take(limit).map(|s| s.key.clone()).collect();
+        for k in &gone {
+            st.sessions.remove(k);
+        }
+        Ok(gone.len())
     }
 }

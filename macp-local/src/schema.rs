@@ -261,6 +261,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE findings ADD COLUMN erased TEXT;
     ALTER TABLE artifacts ADD COLUMN erased TEXT;
     "#,
+    // 10: protocol sessions (MCP), so that a client's session outlives the server process:
+    // `key` is a digest of the session id, `joined` the agent it acts as per room (JSON).
+    r#"
+    CREATE TABLE protocol_sessions (
+        key        TEXT PRIMARY KEY,
+        opening    TEXT NOT NULL,
+        joined     TEXT NOT NULL,
+        expires_at INTEGER NOT NULL
+    ) STRICT, WITHOUT ROWID;
+    CREATE INDEX protocol_sessions_by_expiry ON protocol_sessions (expires_at);
+    "#,
 ];
 
 /// The schema version this build writes.

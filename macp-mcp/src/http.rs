@@ -59,7 +59,11 @@ pub struct HttpOptions {
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        Self { artifacts: None, allowed_hosts: Vec::new(), session_idle: Duration::from_secs(8 * 3600) }
+        Self {
+            artifacts: None,
+            allowed_hosts: Vec::new(),
+            session_idle: macp_core::service::DEFAULT_SESSION_IDLE,
+        }
     }
 }
 
@@ -84,10 +88,12 @@ pub fn mcp_service(
         .collect();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(opts.session_idle);
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .with_cancellation_token(ct);
+    // Sessions live in the store too, so that any server of it carries them on.
+    config.session_store = Some(Arc::new(crate::sessions::StoredSessions::new(macp.clone())));
     StreamableHttpService::new(
         {
             let server = MacpMcp::new(macp, local_user);

@@ -47,6 +47,7 @@ pub mod http;
 pub mod push;
 pub mod remote;
 pub mod server;
+pub mod sessions;
 pub mod signin;
 pub mod web;
 

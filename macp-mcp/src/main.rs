@@ -976,23 +976,28 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             "auth is on: every request needs a bearer token from the issuer"
         ),
     }
-    // On SIGTERM / Ctrl-C: stop accepting, cancel MCP sessions (which ends their SSE streams),
-    // let in-flight requests finish, and give up waiting after GRACE.
+    // On SIGTERM / Ctrl-C (a rolling replacement): stop accepting, let the tool calls in flight
+    // finish and answer, then cancel MCP sessions (which ends their SSE streams, so their
+    // connections close), and give up waiting after GRACE. Cancelling first would abort the
+    // calls in flight: their clients would see a 500 for a write that may have been applied.
     const GRACE: Duration = Duration::from_secs(10);
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = {
-        let ct = ct.clone();
-        async move {
-            signals.requested().await;
-            tracing::info!("shutting down");
-            ct.cancel();
-            let _ = stopping_tx.send(());
-        }
+    let shutdown = async move {
+        signals.requested().await;
+        tracing::info!(calls_in_flight = macp_mcp::server::calls_in_flight(), "shutting down");
+        let _ = stopping_tx.send(());
     };
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let deadline = async {
         if stopping_rx.await.is_ok() {
-            tokio::time::sleep(GRACE).await;
+            let until = tokio::time::Instant::now() + GRACE;
+            while macp_mcp::server::calls_in_flight() > 0 && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // The last answers leave through their sessions' streams: a moment to be written.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            ct.cancel();
+            tokio::time::sleep_until(until.max(tokio::time::Instant::now() + Duration::from_secs(1))).await;
         } else {
             std::future::pending::<()>().await;
         }

@@ -196,9 +196,17 @@ fn strip_numeric_formats(o: &mut JsonObject) {
 }
 
 /// Per-connection state: the agent this MCP session joined each room with.
+///
+/// Over HTTP with sessions, `joined` is a cache of the session as the store keeps it
+/// ([`Macp::session`]): a session opened on another server, or before this one restarted,
+/// finds its joins there on first use. (A session that re-joins a room as another agent
+/// through another server is seen here as its earlier agent until this server's copy of the
+/// session ends.)
 #[derive(Debug, Default)]
 struct SessionState {
     joined: HashMap<RoomId, AgentId>,
+    /// When this server last told the store the session is in use.
+    kept_at: Option<std::time::Instant>,
     /// Legacy `resources/subscribe` registrations: the task forwarding each URI's changes.
     subscriptions: HashMap<String, tokio::task::AbortHandle>,
 }
@@ -299,20 +307,30 @@ impl MacpMcp {
     /// same local user, and a fresh client must not post as another client's agent.
     /// The agent a read is made as (for its read position and unread counts): the one named,
     /// else the one this session joined with, else none (the read is then made as nobody).
-    fn reading_agent(&self, room_id: RoomId, named: Option<AgentId>) -> Option<AgentId> {
-        named.or_else(|| self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id).cloned())
-    }
-
-    fn session_agent(
+    async fn reading_agent(
         &self,
         room_id: RoomId,
         named: Option<AgentId>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Option<AgentId> {
+        match named {
+            Some(a) => Some(a),
+            // A read does not fail for want of its read position.
+            None => self.joined(room_id, ctx).await.ok().flatten(),
+        }
+    }
+
+    async fn session_agent(
+        &self,
+        room_id: RoomId,
+        named: Option<AgentId>,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<Option<AgentId>, CallToolResult> {
         if named.is_some() {
             return Ok(named);
         }
-        if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
-            return Ok(Some(a.clone()));
+        if let Some(a) = self.joined(room_id, ctx).await.map_err(|e| tool_error(&e))? {
+            return Ok(Some(a));
         }
         Err(tool_error(&Error::NotJoined {
             message: format!(
@@ -322,6 +340,79 @@ impl MacpMcp {
             ),
         }))
     }
+
+    /// The agent this session joined `room_id` as: from this server's copy of the session, else
+    /// from the store (a session opened elsewhere, or before a restart).
+    async fn joined(
+        &self,
+        room_id: RoomId,
+        ctx: &RequestContext<RoleServer>,
+    ) -> macp_core::Result<Option<AgentId>> {
+        if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
+            return Ok(Some(a.clone()));
+        }
+        let Some(id) = session_id(ctx) else { return Ok(None) };
+        let Some(stored) = self.macp.session(&id).await? else { return Ok(None) };
+        let mut st = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        for (room, agent) in stored.joined {
+            st.joined.entry(room).or_insert(agent);
+        }
+        Ok(st.joined.get(&room_id).cloned())
+    }
+
+    /// Tells the store the session is in use, at most once per [`KEEP_EVERY`] from this server
+    /// and off the call's path, so that it ends only after the idle time without any use.
+    fn keep_alive(&self, ctx: &RequestContext<RoleServer>) {
+        let Some(id) = session_id(ctx) else { return };
+        {
+            let mut st = self.session.lock().unwrap_or_else(|p| p.into_inner());
+            if st.kept_at.is_some_and(|t| t.elapsed() < KEEP_EVERY) {
+                return;
+            }
+            st.kept_at = Some(std::time::Instant::now());
+        }
+        let macp = self.macp.clone();
+        tokio::spawn(async move {
+            if let Err(e) = macp.keep_session(&id).await {
+                tracing::warn!(error = %e, "keeping a session alive in the store failed");
+            }
+        });
+    }
+}
+
+/// Tool calls being answered in this process, which a graceful shutdown lets finish.
+static CALLS_IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many tool calls this process is answering now.
+pub fn calls_in_flight() -> usize {
+    CALLS_IN_FLIGHT.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Counts one call in [`CALLS_IN_FLIGHT`] for as long as it lives (a cancelled call too).
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        CALLS_IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        CALLS_IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// How often a server tells the store that a session it serves is in use: a small part of the
+/// idle time, so a session in use never lapses.
+const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The MCP session a request belongs to (its `Mcp-Session-Id`): HTTP clients of the session
+/// generation (2025-11-25) have one; stateless requests and stdio have none.
+fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    let v = ctx.extensions.get::<Parts>()?.headers.get("mcp-session-id")?;
+    v.to_str().ok().map(str::to_owned)
 }
 
 fn done<T>(r: macp_core::Result<T>) -> ToolResult<T> {
@@ -346,6 +437,11 @@ impl MacpMcp {
     async fn join_room(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<AgentSession> {
         let who = self.who(&ctx)?;
         let s = self.macp.join_room(&who, parse(args)?).await.map_err(|e| tool_error(&e))?;
+        // Stored before the answer, so that the next request finds the join on any server; if
+        // that fails the client is told, and joining again is harmless.
+        if let Some(id) = session_id(&ctx) {
+            self.macp.session_joined(&id, s.room_id, &s.agent_id).await.map_err(|e| tool_error(&e))?;
+        }
         self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());
         Ok(Json(s))
     }
@@ -360,7 +456,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: CloseRoom = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id).ok().flatten();
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await.ok().flatten();
         done(self.macp.close_room(&who, req, Channel::Agent).await)
     }
 
@@ -373,7 +469,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: SteerRoom = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.steer_room(&who, req, Channel::Agent).await)
     }
 
@@ -402,7 +498,7 @@ impl MacpMcp {
     ) -> ToolResult<RoomContext> {
         let who = self.who(&ctx)?;
         let mut req: ContextQuery = parse(args)?;
-        req.agent_id = self.reading_agent(req.room_id, req.agent_id);
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx).await;
         done(self.macp.room_context(&who, req).await)
     }
 
@@ -410,7 +506,7 @@ impl MacpMcp {
     async fn claim_work(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<ClaimResult> {
         let who = self.who(&ctx)?;
         let mut req: ClaimWork = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.claim_work(&who, req).await)
     }
 
@@ -422,7 +518,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AskDecision = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.ask_decision(&who, req).await)
     }
 
@@ -436,7 +532,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AnswerDecision = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.answer_decision(&who, req, Channel::Agent).await)
     }
 
@@ -448,7 +544,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<AgentSession>> {
         let who = self.who(&ctx)?;
         let mut req: DeclareStatus = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.declare_status(&who, req).await)
     }
 
@@ -456,7 +552,7 @@ impl MacpMcp {
     async fn erase(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Erased> {
         let who = self.who(&ctx)?;
         let mut req: Erase = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.erase(&who, req).await)
     }
 
@@ -468,7 +564,7 @@ impl MacpMcp {
     ) -> ToolResult<PostedFinding> {
         let who = self.who(&ctx)?;
         let mut req: PostFinding = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.post_finding(&who, req).await)
     }
 
@@ -496,7 +592,7 @@ impl MacpMcp {
     async fn get_updates(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Updates> {
         let who = self.who(&ctx)?;
         let mut req: UpdatesQuery = parse(args)?;
-        req.agent_id = self.reading_agent(req.room_id, req.agent_id);
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx).await;
         done(self.macp.updates(&who, req).await)
     }
 
@@ -508,7 +604,7 @@ impl MacpMcp {
     ) -> ToolResult<EntityOutcome> {
         let who = self.who(&ctx)?;
         let mut req: AddEntity = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.add_entity(&who, req).await)
     }
 
@@ -520,7 +616,7 @@ impl MacpMcp {
     ) -> ToolResult<RelationshipOutcome> {
         let who = self.who(&ctx)?;
         let mut req: AddRelationship = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.add_relationship(&who, req).await)
     }
 
@@ -532,7 +628,7 @@ impl MacpMcp {
     ) -> ToolResult<MergeOutcome> {
         let who = self.who(&ctx)?;
         let mut req: MergeEntities = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.merge_entities(&who, req).await)
     }
 
@@ -554,7 +650,7 @@ impl MacpMcp {
     ) -> ToolResult<UploadTicket> {
         let who = self.who(&ctx)?;
         let mut req: RequestUpload = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.request_artifact_upload(&who, req).await)
     }
 
@@ -566,7 +662,7 @@ impl MacpMcp {
     ) -> ToolResult<ArtifactOutcome> {
         let who = self.who(&ctx)?;
         let mut req: RegisterArtifact = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id)?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
         done(self.macp.register_artifact(&who, req).await)
     }
 
@@ -636,6 +732,8 @@ impl ServerHandler for MacpMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
+        let _in_flight = InFlight::enter();
+        self.keep_alive(&context);
         let auth = self.auth(&context);
         let user = auth.as_ref().ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
         let started = std::time::Instant::now();
@@ -784,7 +882,7 @@ impl ServerHandler for MacpMcp {
     ) -> Result<ReadResourceResponse, McpError> {
         if let Some(room) = push::room_of(&request.uri) {
             let who = self.who(&ctx).map_err(|_| McpError::invalid_request("not authenticated", None))?;
-            let agent = self.reading_agent(room, None);
+            let agent = self.reading_agent(room, None, &ctx).await;
             let q = macp_core::service::ContextQuery { room_id: room, agent_id: agent };
             let c = self.macp.room_context(&who, q).await.map_err(|e| resource_error(&request.uri, &e))?;
             return Ok(ReadResourceResult::new(vec![ResourceContents::TextResourceContents {

@@ -236,3 +236,61 @@ async fn an_oversize_body_gets_413_and_says_the_connection_closes() {
     assert_eq!(a.header("connection"), Some("close"));
     ct.cancel();
 }
+
+/// A tool call over raw HTTP on `raw`'s server, in the session `session`; its result.
+async fn call_tool(
+    raw: &mut Raw,
+    session: &str,
+    id: u64,
+    name: &str,
+    args: serde_json::Value,
+) -> serde_json::Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}});
+    let a =
+        raw.request("POST", "/mcp", &mcp_headers(Some(session)), body.to_string().as_bytes()).await.unwrap();
+    assert_eq!(a.status, 200, "{name}: {}", String::from_utf8_lossy(&a.body));
+    message(&a)["result"].clone()
+}
+
+/// Two servers of one store, as behind a load balancer that sends each request anywhere (or
+/// one server and its replacement after a restart): a session opened and joined on the first
+/// carries on at the second, whose writes act as the joined agent without naming it and without
+/// joining again; ending the session at either ends it at a third that never saw it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_carries_on_at_another_server_of_the_store_without_joining_again() {
+    let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
+    let local = Some(Principal::new("local").unwrap());
+    let ct = CancellationToken::new();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let app = router(macp.clone(), local.clone(), &HttpOptions::default(), ct.child_token());
+        servers.push(spawn(app).await);
+    }
+    let mut a = Raw::connect(addr(&servers[0])).await;
+    let session = open_session(&mut a).await;
+    let room = call_tool(&mut a, &session, 2, "create_room", json!({"objective": "Find the 502s"})).await;
+    let room = room["structuredContent"]["room_id"].as_str().unwrap().to_owned();
+    let joined =
+        call_tool(&mut a, &session, 3, "join_room", json!({"room_id": room, "agent_id": "claude-1"})).await;
+    assert_eq!(joined["isError"], json!(false), "{joined}");
+
+    let mut b = Raw::connect(addr(&servers[1])).await;
+    let posted = call_tool(
+        &mut b,
+        &session,
+        4,
+        "post_finding",
+        json!({"room_id": room, "content": "502s began at 09:41"}),
+    )
+    .await;
+    assert_eq!(posted["isError"], json!(false), "the second server did not carry the session on: {posted}");
+    assert_eq!(posted["structuredContent"]["finding"]["agent_id"], json!("claude-1"));
+
+    let end = b.request("DELETE", "/mcp", &mcp_headers(Some(&session)), b"").await.unwrap();
+    assert_eq!(end.status, 204);
+    let mut c = Raw::connect(addr(&servers[2])).await;
+    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string();
+    let after = c.request("POST", "/mcp", &mcp_headers(Some(&session)), body.as_bytes()).await.unwrap();
+    assert_eq!(after.status, 404, "an ended session carried on at another server");
+    ct.cancel();
+}

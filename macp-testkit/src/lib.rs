@@ -258,6 +258,8 @@ macro_rules! conformance_tests {
             a_waiting_reader_wakes_on_a_commit,
             an_old_findings_cursor_is_refused_with_advice,
             an_unknown_room_has_no_feed,
+            a_session_carries_its_joins_to_every_server_of_the_store,
+            a_session_ends_when_idle_and_is_purged,
             one_of_sixteen_concurrent_claimers_holds_the_work,
             claims_renew_release_and_lapse,
             a_person_releases_an_agents_stale_claim,

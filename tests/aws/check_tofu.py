@@ -5,9 +5,9 @@ macp-aws/schema.json is the contract: the Rust setup operation creates exactly t
 tables, and this script fails if the module drifts from it. It parses every .tf file with
 python-hcl2 (no tofu/terraform binary, no AWS account) and checks:
 
-  * the nine tables: name <prefix variable><table>, hash and range keys, attribute names and
-    types, every LSI and GSI with its keys and projection, billing mode, point-in-time recovery
-    and server-side encryption; no table that schema.json does not list;
+  * the tables: name <prefix variable><table>, hash and range keys, attribute names and types,
+    every LSI and GSI with its keys and projection, the TTL attribute, billing mode,
+    point-in-time recovery and server-side encryption; no table that schema.json does not list;
   * the S3 Vectors index: data type and distance metric as schema.json says, dimension taken from
     a number variable with the expected default, no filterable metadata key made non-filterable;
   * the region variable's validation list equals schema.json's s3_vectors_regions;
@@ -239,6 +239,10 @@ class Checker:
             self.fail(f"{where}: point_in_time_recovery is not enabled")
         if not _enabled(body, "server_side_encryption"):
             self.fail(f"{where}: server_side_encryption is not enabled")
+        ttl = [t.get("attribute_name") for t in body.get("ttl", []) if t.get("enabled") is True]
+        want_ttl = spec.get("ttl_attribute")
+        if (ttl[0] if ttl else None) != want_ttl:
+            self.fail(f"{where}: TTL is on {ttl[0] if ttl else None!r}, schema.json says {want_ttl!r}")
 
         lsis = {}
         for i in body.get("local_secondary_index", []):

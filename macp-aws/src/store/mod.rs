@@ -10,6 +10,7 @@ mod findings;
 mod restore;
 mod rooms;
 mod search;
+mod sessions;
 
 use macp_core::store::{Capabilities, Store};
 

@@ -32,6 +32,7 @@ mod portable;
 mod retention;
 mod rooms;
 mod search;
+mod sessions;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -70,6 +71,7 @@ pub use search::{
     MAX_ROOMS_SEARCHED, ReconcileReport, ReconcilerHandle, RoomLabel, SearchConfig, SearchFindings,
     SearchHit, SearchResults,
 };
+pub use sessions::{DEFAULT_SESSION_IDLE, MAX_SESSION_ID_BYTES, MAX_SESSION_OPENING_BYTES, Session};
 
 use crate::blob::BlobStore;
 use crate::error::{Error, Result};
@@ -127,6 +129,7 @@ pub struct MacpBuilder {
     stale_after: Option<std::time::Duration>,
     redactor: crate::redact::Redactor,
     retention_days: u32,
+    session_idle: Option<std::time::Duration>,
 }
 
 /// How long an agent may go without activity before it shows as stale, by default.
@@ -208,6 +211,13 @@ impl MacpBuilder {
         self
     }
 
+    /// How long a protocol session may go unused before it ends (default
+    /// [`DEFAULT_SESSION_IDLE`]). See [`Macp::session`].
+    pub fn session_idle(mut self, idle: std::time::Duration) -> Self {
+        self.session_idle = Some(idle);
+        self
+    }
+
     /// Search settings (default: [`SearchConfig::default`]).
     pub fn search_config(mut self, config: SearchConfig) -> Self {
         self.search = config;
@@ -261,14 +271,15 @@ impl MacpBuilder {
                 feed: Arc::default(),
                 redactor: self.redactor,
                 retention_days: self.retention_days,
-                stale_after_ms: self
-                    .stale_after
-                    .unwrap_or(DEFAULT_STALE_AFTER)
-                    .as_millis()
-                    .min(i64::MAX as u128) as i64,
+                session_idle_ms: millis(self.session_idle.unwrap_or(DEFAULT_SESSION_IDLE)),
+                stale_after_ms: millis(self.stale_after.unwrap_or(DEFAULT_STALE_AFTER)),
             }),
         })
     }
+}
+
+fn millis(d: std::time::Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
 }
 
 /// The MACP service. Cheap to clone; share one per process.
@@ -288,6 +299,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     feed: Arc<events::Feed>,
     stale_after_ms: i64,
+    session_idle_ms: i64,
     redactor: crate::redact::Redactor,
     retention_days: u32,
 }

@@ -23,6 +23,8 @@ pub struct PurgeReport {
     pub objects: u64,
     /// Rooms whose purge failed, with why: tried again on the next run.
     pub failed: Vec<(RoomId, String)>,
+    /// Expired protocol sessions deleted (see [`Macp::session`]).
+    pub sessions: u64,
 }
 
 const MS_PER_DAY: i64 = 24 * 60 * 60 * 1000;
@@ -41,10 +43,11 @@ impl Macp {
     }
 
     /// Purges every closed room whose retention has run out (see [`Macp::expires_at`]). A server
-    /// runs it periodically; it is safe to run from several servers at once.
+    /// runs it periodically; it is safe to run from several servers at once. Expired protocol
+    /// sessions go too.
     pub async fn purge_expired(&self) -> Result<PurgeReport> {
         let now = self.now();
-        let mut report = PurgeReport::default();
+        let mut report = PurgeReport { sessions: self.purge_sessions().await?, ..Default::default() };
         let mut after: Option<RoomKey> = None;
         loop {
             let page = self.inner.store.list_rooms(Some(RoomStatus::Closed), after, 200).await?;

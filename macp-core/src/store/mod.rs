@@ -1,6 +1,6 @@
 //! The storage seam: what a backend must store and fetch, and with which guarantees.
 //!
-//! A backend implements the eight traits below and the umbrella [`Store`]. It holds no domain
+//! A backend implements the nine traits below and the umbrella [`Store`]. It holds no domain
 //! rules: validation, normalisation, alias resolution, idempotency fingerprints, caps and
 //! cursors all live in [`crate::Macp`]. What a backend *does* owe is precise storage semantics,
 //! written as a contract on each method: which writes are atomic, what order reads return, and
@@ -9,7 +9,8 @@
 //! [`MemoryStore`](crate::memory::MemoryStore).
 //!
 //! # Common contract
-//! - Every method is scoped to one room; nothing may leak across rooms.
+//! - Every method is scoped to one room (but [`SessionStore`]'s, which span rooms); nothing may
+//!   leak across rooms.
 //! - "Atomic" means all-or-nothing and isolated: a concurrent reader sees all of the write or
 //!   none of it, and two concurrent atomic writes behave as if run one after the other.
 //! - An acknowledged write is durable to the degree [`Capabilities::durable`] says.
@@ -28,6 +29,7 @@ mod entities;
 mod events;
 mod findings;
 mod rooms;
+mod sessions;
 
 pub use agents::*;
 pub use artifacts::*;
@@ -37,6 +39,7 @@ pub use entities::*;
 pub use events::*;
 pub use findings::*;
 pub use rooms::*;
+pub use sessions::*;
 
 use std::fmt::Debug;
 
@@ -184,6 +187,7 @@ pub trait Store:
     + EventStore
     + ClaimStore
     + DecisionStore
+    + SessionStore
     + Debug
     + Send
     + Sync

@@ -9,6 +9,7 @@ mod events;
 mod findings;
 mod rooms;
 pub(crate) mod search;
+mod sessions;
 
 use macp_core::store::{Capabilities, Store};
 

@@ -26,6 +26,7 @@ mod redaction;
 mod retention;
 mod rooms;
 mod search;
+mod sessions;
 mod steering;
 
 pub use agents::*;
@@ -43,6 +44,7 @@ pub use redaction::*;
 pub use retention::*;
 pub use rooms::*;
 pub use search::*;
+pub use sessions::*;
 pub use steering::*;
 
 /// Asserts that `r` failed with `code`, returning the error.

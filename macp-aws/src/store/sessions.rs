@@ -1,0 +1,124 @@
+//! Protocol sessions: one item per session in the `protocol_sessions` table, keyed by the
+//! digest of the session's id; the rooms it joined in a map attribute, so that joins of
+//! different rooms from different servers each update their own entry. `expires_epoch` (the
+//! expiry in seconds) is the table's TTL attribute: DynamoDB deletes expired items itself,
+//! usually within a few days, and the service never trusts an expired one meanwhile.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use macp_core::store::{SessionRecord, SessionStore};
+use macp_core::{AgentId, Result, RoomId, Timestamp};
+
+use crate::AwsBackend;
+use crate::ddb::*;
+
+fn key_of(key: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([("session_key".to_owned(), s(key))])
+}
+
+/// `expires_at` in milliseconds, and `expires_epoch` (the TTL attribute) in whole seconds,
+/// rounded up so that DynamoDB never deletes a session before the service would end it.
+fn expiry(t: Timestamp) -> [(String, AttributeValue); 2] {
+    [
+        ("expires_at".to_owned(), n(t.as_millis())),
+        ("expires_epoch".to_owned(), n(t.as_millis().div_euclid(1000) + 1)),
+    ]
+}
+
+fn record(item: &Item) -> Result<SessionRecord> {
+    let mut joined = BTreeMap::new();
+    if let Some(AttributeValue::M(m)) = item.get("joined") {
+        for (room, agent) in m {
+            if let AttributeValue::S(agent) = agent {
+                joined.insert(room.parse::<RoomId>()?, agent.parse::<AgentId>()?);
+            }
+        }
+    }
+    Ok(SessionRecord {
+        key: get_s(item, "session_key")?.to_owned(),
+        opening: get_s(item, "opening")?.to_owned(),
+        joined,
+        expires_at: Timestamp::from_millis(get_n(item, "expires_at")?),
+    })
+}
+
+#[async_trait]
+impl SessionStore for AwsBackend {
+    async fn put_session(&self, r: &SessionRecord) -> Result<()> {
+        let joined = r.joined.iter().map(|(room, agent)| (room.to_string(), s(agent.as_str()))).collect();
+        let mut item = HashMap::from([
+            ("session_key".to_owned(), s(&r.key)),
+            ("opening".to_owned(), s(&r.opening)),
+            ("joined".to_owned(), AttributeValue::M(joined)),
+        ]);
+        item.extend(expiry(r.expires_at));
+        self.ddb
+            .put_item()
+            .table_name(&self.names.sessions)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| aws_err("dynamodb", "PutItem (session)", e))?;
+        Ok(())
+    }
+
+    async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>> {
+        self.get_item(&self.names.sessions, key_of(key), "GetItem (session)")
+            .await?
+            .map(|i| record(&i))
+            .transpose()
+    }
+
+    async fn extend_session(
+        &self,
+        key: &str,
+        join: Option<(RoomId, &AgentId)>,
+        expires_at: Timestamp,
+    ) -> Result<bool> {
+        let mut values: HashMap<String, AttributeValue> =
+            expiry(expires_at).into_iter().map(|(k, v)| (format!(":{k}"), v)).collect();
+        let mut names = HashMap::new();
+        let mut expr = "SET expires_at = :expires_at, expires_epoch = :expires_epoch".to_owned();
+        if let Some((room, agent)) = join {
+            // One map entry: a join of another room from another server is left alone.
+            expr.push_str(", joined.#room = :agent");
+            names.insert("#room".to_owned(), room.to_string());
+            values.insert(":agent".into(), s(agent.as_str()));
+        }
+        let r = self
+            .ddb
+            .update_item()
+            .table_name(&self.names.sessions)
+            .set_key(Some(key_of(key)))
+            .update_expression(expr)
+            .condition_expression("attribute_exists(session_key)")
+            .set_expression_attribute_names((!names.is_empty()).then_some(names))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
+            Err(e) => Err(aws_err("dynamodb", "UpdateItem (session)", e)),
+        }
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<()> {
+        self.ddb
+            .delete_item()
+            .table_name(&self.names.sessions)
+            .set_key(Some(key_of(key)))
+            .send()
+            .await
+            .map_err(|e| aws_err("dynamodb", "DeleteItem (session)", e))?;
+        Ok(())
+    }
+
+    async fn purge_sessions(&self, _now: Timestamp, _limit: usize) -> Result<usize> {
+        // The table's TTL deletes them: scanning the table from every server would cost more
+        // than the items do, and an expired one is never trusted meanwhile.
+        Ok(0)
+    }
+}

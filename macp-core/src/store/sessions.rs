@@ -1,0 +1,59 @@
+//! Protocol sessions, stored so that any server of the store can carry on a client's session
+//! (after a restart, or behind a load balancer that sends each request anywhere).
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::ids::{AgentId, RoomId, Timestamp};
+
+/// A protocol session as stored.
+///
+/// Its key is a digest of the session's id, never the id itself: the id is what a client
+/// presents to continue the session, so a copy of the store must not hand it out (see
+/// [`crate::Macp::session`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The digest of the session's id (lowercase hex SHA-256).
+    pub key: String,
+    /// What the transport needs to open the session again elsewhere (for MCP, the
+    /// `initialize` request's parameters as JSON). Opaque to the store and the service.
+    pub opening: String,
+    /// The agent the session acts as in each room it joined.
+    pub joined: BTreeMap<RoomId, AgentId>,
+    /// When the session ends unless it is used again.
+    pub expires_at: Timestamp,
+}
+
+/// Protocol sessions, one per key. Unlike the other stores, not scoped to a room: a session
+/// spans the rooms it joined.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Stores `record`, replacing any session with the same key.
+    async fn put_session(&self, record: &SessionRecord) -> Result<()>;
+
+    /// The session with `key`, expired or not (the service decides what an expiry means);
+    /// `None` if there is none.
+    async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>>;
+
+    /// Moves the session's `expires_at` and, with `join`, sets the agent it acts as in that
+    /// room, keeping its other rooms. Returns `false` (writing nothing) if no session has the key.
+    ///
+    /// Contract: atomic per key. Two concurrent calls joining different rooms both persist; of
+    /// two joining the same room, one wins whole.
+    async fn extend_session(
+        &self,
+        key: &str,
+        join: Option<(RoomId, &AgentId)>,
+        expires_at: Timestamp,
+    ) -> Result<bool>;
+
+    /// Deletes the session with `key`; nothing happens if there is none.
+    async fn delete_session(&self, key: &str) -> Result<()>;
+
+    /// Deletes up to `limit` sessions that expired at or before `now`, returning how many went.
+    /// A store whose database expires items itself (DynamoDB's TTL) may return 0: the service
+    /// never trusts an expired record, whoever deletes it.
+    async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize>;
+}

@@ -1,0 +1,102 @@
+//! Protocol sessions, one row each; the rooms a session joined as a JSON object.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use macp_core::store::{SessionRecord, SessionStore};
+use macp_core::{AgentId, Result, RoomId, Timestamp};
+use rusqlite::{OptionalExtension, params};
+
+use crate::db::*;
+use crate::writer::Sync;
+
+#[async_trait]
+impl SessionStore for SqliteStore {
+    async fn put_session(&self, record: &SessionRecord) -> Result<()> {
+        let r = record.clone();
+        // Durable: a client told its session is open must find it after a crash.
+        self.write(Sync::Durable, move |tx, _| {
+            exec(
+                tx,
+                "INSERT INTO protocol_sessions (key, opening, joined, expires_at) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (key) DO UPDATE SET opening = excluded.opening, joined = excluded.joined,
+                     expires_at = excluded.expires_at",
+                params![r.key, r.opening, to_json(&r.joined), r.expires_at.as_millis()],
+            )
+            .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>> {
+        let key = key.to_owned();
+        self.read_small(move |c| {
+            let found = row(
+                c,
+                "SELECT opening, joined, expires_at FROM protocol_sessions WHERE key = ?",
+                [&key],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)),
+            )
+            .optional()
+            .map_err(sql_err)?;
+            let Some((opening, joined, expires_at)) = found else { return Ok(None) };
+            let joined: BTreeMap<RoomId, AgentId> = from_json("session", &joined)?;
+            Ok(Some(SessionRecord { key, opening, joined, expires_at: Timestamp::from_millis(expires_at) }))
+        })
+        .await
+    }
+
+    async fn extend_session(
+        &self,
+        key: &str,
+        join: Option<(RoomId, &AgentId)>,
+        expires_at: Timestamp,
+    ) -> Result<bool> {
+        let key = key.to_owned();
+        let join = join.map(|(room, agent)| (room.to_string(), agent.as_str().to_owned()));
+        // A join is durable (the client was told it joined); keeping a session alive is not worth
+        // an fsync: after a crash it ends an idle time after its last durable write at worst.
+        let sync = if join.is_some() { Sync::Durable } else { Sync::Lazy };
+        self.write(sync, move |tx, _| {
+            let n = match &join {
+                Some((room, agent)) => exec(
+                    tx,
+                    "UPDATE protocol_sessions SET joined = json_set(joined, '$.' || json_quote(?), ?), expires_at = ?
+                     WHERE key = ?",
+                    params![room, agent, expires_at.as_millis(), key],
+                ),
+                None => exec(
+                    tx,
+                    "UPDATE protocol_sessions SET expires_at = ? WHERE key = ?",
+                    params![expires_at.as_millis(), key],
+                ),
+            }
+            .map_err(sql_err)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<()> {
+        let key = key.to_owned();
+        self.write(Sync::Durable, move |tx, _| {
+            exec(tx, "DELETE FROM protocol_sessions WHERE key = ?", [&key]).map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize> {
+        self.write(Sync::Lazy, move |tx, _| {
+            exec(
+                tx,
+                "DELETE FROM protocol_sessions WHERE key IN
+                     (SELECT key FROM protocol_sessions WHERE expires_at <= ? LIMIT ?)",
+                params![now.as_millis(), limit as i64],
+            )
+            .map_err(sql_err)
+        })
+        .await
+    }
+}

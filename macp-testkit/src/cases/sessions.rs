@@ -1,0 +1,95 @@
+//! Protocol sessions kept in the store: any server of the store carries a session on.
+
+use macp_core::service::{DEFAULT_SESSION_IDLE, MAX_SESSION_OPENING_BYTES};
+
+use crate::Backend;
+
+use super::*;
+
+const OPENING: &str = r#"{"protocolVersion":"2025-11-25","clientInfo":{"name":"kit","version":"1"}}"#;
+
+/// A session opened through one service is read, joined and ended through another over the
+/// same store, as two servers behind a load balancer would: each room keeps the agent it was
+/// last joined as, joins of two rooms at once both persist, and an ended or unknown session is
+/// nothing. The id itself is not what the store keys it by.
+pub async fn a_session_carries_its_joins_to_every_server_of_the_store(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let (other, _) = backend.service();
+    let second = f
+        .macp
+        .create_room(&f.alice, macp_core::service::CreateRoom::new("Second room"))
+        .await
+        .unwrap()
+        .room_id;
+    let id = "0b9c1c8e-5d4f-4d0a-9a57-6f1f2d7c9e11";
+    f.macp.open_session(id, OPENING.into()).await.unwrap();
+    let s = other.session(id).await.unwrap().expect("the other server finds the session");
+    assert_eq!((s.opening.as_str(), s.joined.len()), (OPENING, 0));
+
+    let (x, y) =
+        tokio::join!(other.session_joined(id, f.room, &f.a), f.macp.session_joined(id, second, &f.b));
+    assert!(x.unwrap() && y.unwrap(), "both joins found the session");
+    let s = f.macp.session(id).await.unwrap().unwrap();
+    assert_eq!(s.joined.get(&f.room), Some(&f.a), "a concurrent join of another room was lost");
+    assert_eq!(s.joined.get(&second), Some(&f.b));
+    assert!(other.session_joined(id, f.room, &f.b).await.unwrap());
+    assert_eq!(
+        f.macp.session(id).await.unwrap().unwrap().joined.get(&f.room),
+        Some(&f.b),
+        "the last join wins"
+    );
+
+    assert!(
+        backend.store.get_session(id).await.unwrap().is_none(),
+        "the store keys sessions by the id itself"
+    );
+    assert!(f.macp.session("another-id").await.unwrap().is_none());
+    assert!(
+        !f.macp.session_joined("another-id", f.room, &f.a).await.unwrap(),
+        "joined a session that is not there"
+    );
+    assert!(f.macp.session("another-id").await.unwrap().is_none(), "a join created a session");
+
+    other.end_session(id).await.unwrap();
+    assert!(f.macp.session(id).await.unwrap().is_none(), "an ended session carries on");
+    other.end_session(id).await.unwrap();
+}
+
+/// A session ends when it has gone unused for the idle time, as one in a server's memory does:
+/// a join or a keep-alive moves its end; an expired record is never trusted, whether or not the
+/// store deleted it yet; `purge_expired` deletes it where the store does not expire items
+/// itself. Refusals: an empty or overlong id and an opening over its limit, with the limit.
+pub async fn a_session_ends_when_idle_and_is_purged(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let idle = DEFAULT_SESSION_IDLE.as_millis() as i64;
+    let (id, quiet) = ("session-kept-alive", "session-left-idle");
+    f.macp.open_session(id, OPENING.into()).await.unwrap();
+    f.macp.open_session(quiet, OPENING.into()).await.unwrap();
+    f.clock.advance_ms(idle - 1_000);
+    assert!(f.macp.session_joined(id, f.room, &f.a).await.unwrap());
+    f.clock.advance_ms(idle - 1_000);
+    assert!(f.macp.keep_session(id).await.unwrap());
+    assert!(f.macp.session(quiet).await.unwrap().is_none(), "a session idle for longer than the idle time");
+    assert!(!f.macp.keep_session(quiet).await.unwrap(), "an expired session was kept alive");
+    assert!(!f.macp.session_joined(quiet, f.room, &f.a).await.unwrap(), "an expired session joined");
+    assert_eq!(f.macp.session(id).await.unwrap().unwrap().joined.get(&f.room), Some(&f.a));
+
+    let report = f.macp.purge_expired().await.unwrap();
+    // DynamoDB's TTL deletes expired items itself, so the AWS store purges nothing.
+    if backend.store.name() != "aws" {
+        assert_eq!(report.sessions, 1, "exactly the expired session is purged");
+    }
+    assert!(f.macp.session(id).await.unwrap().is_some(), "the purge took a live session");
+    f.clock.advance_ms(idle);
+    assert!(f.macp.session(id).await.unwrap().is_none());
+
+    expect_code(f.macp.open_session("", OPENING.into()).await, "invalid_input");
+    let e = expect_code(f.macp.open_session(&"x".repeat(257), OPENING.into()).await, "invalid_input");
+    assert_eq!(e.limit(), Some(256));
+    let e = expect_code(
+        f.macp.open_session("big", "x".repeat(MAX_SESSION_OPENING_BYTES + 1)).await,
+        "invalid_input",
+    );
+    assert_eq!(e.limit(), Some(MAX_SESSION_OPENING_BYTES as u64));
+    assert!(f.macp.session("big").await.unwrap().is_none(), "a refused opening was stored");
+}
