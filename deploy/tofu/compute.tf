@@ -1,6 +1,11 @@
-# Compute: an internal Application Load Balancer forwarding to `macp serve --backend aws` on one
-# EC2 instance, kept alive by an autoscaling group of exactly one. Phase 1 runs a single instance:
-# MCP sessions live in the server's memory, so a second instance would need sticky sessions.
+# Compute: an internal Application Load Balancer forwarding to `macp serve --backend aws` on
+# var.instance_count EC2 instances (at least two) of an autoscaling group spread over the private
+# subnets. Any instance answers any request: records, indexes and MCP sessions (the
+# protocol_sessions table) live in DynamoDB and S3, so the balancer needs no stickiness for
+# agents. A new launch template version replaces instances one at a time (instance refresh,
+# at least half healthy): the balancer stops sending to an instance and drains it
+# (deregistration_delay), then SIGTERM lets its calls in flight finish, and its clients' next
+# requests carry on at the other instances without joining again.
 
 data "aws_ssm_parameter" "al2023" {
   count = var.ami_id == null ? 1 : 0
@@ -66,6 +71,15 @@ resource "aws_lb_target_group" "server" {
   target_type          = "instance"
   vpc_id               = aws_vpc.this.id
   deregistration_delay = 30
+
+  # For the web view only: a person's browser sign-in lives in the memory of the instance that
+  # signed them in, so a browser keeps to one instance (an instance replaced means signing in
+  # again). Agents need no stickiness: their MCP sessions are in DynamoDB.
+  stickiness {
+    type            = "lb_cookie"
+    cookie_duration = 86400
+    enabled         = true
+  }
 
   # The protected-resource metadata: unauthenticated, not subject to the Host check of /mcp,
   # and 200 only once the server runs with its OAuth configuration.
@@ -202,9 +216,9 @@ resource "aws_launch_template" "server" {
 
 resource "aws_autoscaling_group" "server" {
   name                      = "${local.base}-server"
-  min_size                  = 1
-  max_size                  = 1
-  desired_capacity          = 1
+  min_size                  = var.instance_count
+  max_size                  = var.instance_count + 1
+  desired_capacity          = var.instance_count
   vpc_zone_identifier       = aws_subnet.private[*].id
   target_group_arns         = [aws_lb_target_group.server.arn]
   health_check_type         = "ELB"
@@ -215,13 +229,17 @@ resource "aws_autoscaling_group" "server" {
     version = aws_launch_template.server.latest_version
   }
 
-  # A new launch template version (new binary, AMI or environment) replaces the instance:
-  # terminate, then launch (a short outage; one instance holds the MCP sessions).
+  # A new launch template version (new binary, AMI or environment) replaces the instances one
+  # batch at a time, launching a new one before terminating an old one (max_healthy_percentage),
+  # and never below half of them healthy: no outage, and no agent re-joins (sessions are in
+  # DynamoDB). instance_warmup covers the server's start and two passed health checks.
   instance_refresh {
     strategy = "Rolling"
 
     preferences {
-      min_healthy_percentage = 0
+      min_healthy_percentage = 50
+      max_healthy_percentage = 150
+      instance_warmup        = 60
     }
   }
 

@@ -146,6 +146,17 @@ variable "instance_type" {
   default     = "t3.small"
 }
 
+variable "instance_count" {
+  description = "Instances the autoscaling group keeps running behind the load balancer (at least 2: any instance answers any request, MCP sessions live in DynamoDB, and a rolling replacement or a lost instance drops no agent)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.instance_count >= 2 && var.instance_count <= 20
+    error_message = "instance_count must be between 2 and 20: one instance cannot be replaced without an outage."
+  }
+}
+
 variable "instance_architecture" {
   description = "CPU architecture of the instance, its Amazon Linux 2023 AMI and the macp binary: x86_64 or arm64."
   type        = string

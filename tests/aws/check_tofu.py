@@ -16,6 +16,8 @@ python-hcl2 (no tofu/terraform binary, no AWS account) and checks:
   * the server's IAM policy grants the table actions on each table and its indexes, object
     read/write in the artifact bucket, vector read/write on the index, InvokeModel on the
     embedding model only, and nothing on "*";
+  * at least two instances (the autoscaling group's min and desired size, var.instance_count's
+    default and validation), replaced by instance refresh keeping at least half healthy;
   * TLS by default: the HTTPS listener has a certificate, port 80 only redirects to HTTPS, and
     a plain HTTP listener that forwards exists only under a precondition on allow_plain_http
     (default false).
@@ -584,7 +586,37 @@ class Checker:
             f"TLS by default ({len(tls)} HTTPS listener, port 80 redirects; plain HTTP only with allow_plain_http)"
         )
 
+    def check_scale_out(self) -> None:
+        """Any instance answers any request, so the group runs at least two and replaces them
+        without an outage: min_size and desired_capacity at least 2 (var.instance_count, whose
+        default and validation say so), instance refresh keeping at least half healthy."""
+        groups = self.m.resource("aws_autoscaling_group")
+        if not groups:
+            self.fail("no aws_autoscaling_group")
+        count = self.m.variables.get("instance_count", {})
+        floor = re.search(r"var\.instance_count\s*>=\s*(\d+)", str(count.get("validation", "")))
+        for label, body in groups.items():
+            for attr in ("min_size", "desired_capacity"):
+                v = body.get(attr)
+                if isinstance(v, (int, float)):
+                    ok = v >= 2
+                else:
+                    ok = "var.instance_count" in str(v) and (count.get("default") or 0) >= 2 and (
+                        floor is not None and int(floor.group(1)) >= 2
+                    )
+                if not ok:
+                    self.fail(f"aws_autoscaling_group.{label}: {attr} = {v!r} allows fewer than two instances")
+            prefs = [p for r in body.get("instance_refresh", []) for p in r.get("preferences", [])]
+            healthy = [p.get("min_healthy_percentage") for p in prefs]
+            if not healthy or not all(isinstance(h, (int, float)) and h >= 50 for h in healthy):
+                self.fail(
+                    f"aws_autoscaling_group.{label}: instance refresh must keep at least 50% healthy "
+                    f"(min_healthy_percentage {healthy or 'unset'})"
+                )
+        self.facts.append(f"{len(groups)} autoscaling group(s) of at least two instances, rolling at >= 50% healthy")
+
     def run(self) -> bool:
+        self.check_scale_out()
         self.check_tables()
         self.check_vectors()
         self.check_index_name()
