@@ -895,6 +895,7 @@ impl SessionStore for MemoryStore {
         key: &str,
         join: Option<(RoomId, &AgentId)>,
         expires_at: Timestamp,
+        keep_until: Timestamp,
     ) -> Result<bool> {
         interleave().await;
         let mut st = self.lock();
@@ -902,21 +903,15 @@ impl SessionStore for MemoryStore {
         if let Some((room, agent)) = join {
             s.joined.insert(room, agent.clone());
         }
-        s.expires_at = expires_at;
+        (s.expires_at, s.keep_until) = (expires_at, keep_until);
         Ok(true)
-    }
-
-    async fn delete_session(&self, key: &str) -> Result<()> {
-        interleave().await;
-        self.lock().sessions.remove(key);
-        Ok(())
     }
 
     async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize> {
         interleave().await;
         let mut st = self.lock();
         let gone: Vec<String> =
-            st.sessions.values().filter(|s| s.expires_at <= now).take(limit).map(|s| s.key.clone()).collect();
+            st.sessions.values().filter(|s| s.keep_until <= now).take(limit).map(|s| s.key.clone()).collect();
         for k in &gone {
             st.sessions.remove(k);
         }

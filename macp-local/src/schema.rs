@@ -262,15 +262,17 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE artifacts ADD COLUMN erased TEXT;
     "#,
     // 10: protocol sessions (MCP), so that a client's session outlives the server process:
-    // `key` is a digest of the session id, `joined` the agent it acts as per room (JSON).
+    // `key` is a digest of the session id, `joined` the agent it acts as per room (JSON);
+    // purged by `keep_until`.
     r#"
     CREATE TABLE protocol_sessions (
         key        TEXT PRIMARY KEY,
         opening    TEXT NOT NULL,
         joined     TEXT NOT NULL,
-        expires_at INTEGER NOT NULL
+        expires_at INTEGER NOT NULL,
+        keep_until INTEGER NOT NULL
     ) STRICT, WITHOUT ROWID;
-    CREATE INDEX protocol_sessions_by_expiry ON protocol_sessions (expires_at);
+    CREATE INDEX protocol_sessions_by_keep ON protocol_sessions (keep_until);
     "#,
 ];
 

@@ -45,7 +45,7 @@ fn set_nodelay(s: &mut tokio::net::TcpStream) {
 }
 
 /// How the HTTP endpoint is exposed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct HttpOptions {
     /// The store whose signed URLs this server answers at `/artifacts/…` (the local one; S3
     /// answers its own).
@@ -53,30 +53,21 @@ pub struct HttpOptions {
     /// Host names (optionally `host:port`) accepted in the `Host` header, in addition to
     /// `localhost`, `127.0.0.1` and `::1`.
     pub allowed_hosts: Vec<String>,
-    /// How long an idle MCP session is kept.
-    pub session_idle: Duration,
-}
-
-impl Default for HttpOptions {
-    fn default() -> Self {
-        Self {
-            artifacts: None,
-            allowed_hosts: Vec::new(),
-            session_idle: macp_core::service::DEFAULT_SESSION_IDLE,
-        }
-    }
 }
 
 const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// The `/mcp` service. Browsers send `Origin`: only the allowed hosts' origins pass (over http or
 /// https, any port); clients that send none (CLI agents) are unaffected.
+///
+/// Sessions live in the store too (see [`crate::sessions`]): any server of it carries them on.
+/// Returns the service and its sessions held in memory.
 pub fn mcp_service(
     macp: Macp,
     local_user: Option<Principal>,
     opts: &HttpOptions,
     ct: CancellationToken,
-) -> StreamableHttpService<MacpMcp, LocalSessionManager> {
+) -> (StreamableHttpService<MacpMcp, LocalSessionManager>, Arc<LocalSessionManager>) {
     let hosts = hosts(opts);
     let origins: Vec<String> = hosts
         .iter()
@@ -87,21 +78,23 @@ pub fn mcp_service(
         })
         .collect();
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(opts.session_idle);
+    // A session held in memory ends after the same idle time as the stored one.
+    sessions.session_config.keep_alive = Some(macp.session_idle());
+    let sessions = Arc::new(sessions);
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .with_cancellation_token(ct);
-    // Sessions live in the store too, so that any server of it carries them on.
     config.session_store = Some(Arc::new(crate::sessions::StoredSessions::new(macp.clone())));
-    StreamableHttpService::new(
+    let service = StreamableHttpService::new(
         {
             let server = MacpMcp::new(macp, local_user);
             move || Ok(server.new_session())
         },
-        Arc::new(sessions),
+        sessions.clone(),
         config,
-    )
+    );
+    (service, sessions)
 }
 
 /// An axum router with the MCP endpoint at `/mcp`.
@@ -112,7 +105,9 @@ pub fn router(
     ct: CancellationToken,
 ) -> axum::Router {
     let (page, api) = crate::web::routes(macp.clone(), local_user.clone(), hosts(opts), None, |api| api);
-    with_artifacts(mcp_routes(mcp_service(macp, local_user, opts, ct), None), opts).merge(page).merge(api)
+    with_artifacts(mcp_routes(macp.clone(), mcp_service(macp, local_user, opts, ct), None), opts)
+        .merge(page)
+        .merge(api)
 }
 
 /// The names this server answers to in `Host`: loopback, and the allowed hosts.
@@ -123,11 +118,14 @@ fn hosts(opts: &HttpOptions) -> Vec<String> {
 /// `/mcp` in a router of its own, so that layers (auth) wrap exactly the MCP endpoint. The
 /// outermost layer reads every POST whole before anything can refuse it ([`whole_message`]).
 fn mcp_routes(
-    service: StreamableHttpService<MacpMcp, LocalSessionManager>,
+    macp: Macp,
+    (service, sessions): (StreamableHttpService<MacpMcp, LocalSessionManager>, Arc<LocalSessionManager>),
     verifier: Option<Verifier>,
 ) -> axum::Router {
+    // Inside the auth layer: a request is authenticated before its session is looked up.
     let mut r = axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state((macp, sessions), crate::sessions::stored_session))
         .layer(axum::middleware::from_fn(session_end_is_no_content));
     if let Some(v) = verifier {
         r = r.layer(axum::middleware::from_fn_with_state(v, auth::require_token));
@@ -422,7 +420,7 @@ pub fn router_with_auth(
             api.layer(axum::middleware::from_fn_with_state(verifier.clone(), auth::require_token))
         }),
     };
-    let mcp = mcp_routes(mcp_service(macp, None, opts, ct), Some(verifier.clone()));
+    let mcp = mcp_routes(macp.clone(), mcp_service(macp, None, opts, ct), Some(verifier.clone()));
     let app = axum::Router::new()
         .route("/.well-known/oauth-protected-resource/mcp", axum::routing::get(auth::metadata))
         .route("/.well-known/oauth-protected-resource", axum::routing::get(auth::metadata))

@@ -944,7 +944,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         allowed_hosts.push(host.to_owned());
     }
     let artifacts = local_artifacts.map(|b| Arc::new(b) as Arc<dyn macp_core::blob::UrlEndpoint>);
-    let opts = HttpOptions { allowed_hosts, artifacts, ..HttpOptions::default() };
+    let opts = HttpOptions { allowed_hosts, artifacts };
     let app = match &cfg.auth {
         None => router(macp, Some(local.clone()), &opts, ct.child_token()),
         Some(a) => {

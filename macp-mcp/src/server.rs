@@ -46,6 +46,7 @@ use serde::de::DeserializeOwned;
 use crate::access;
 use crate::docs;
 use crate::push;
+use crate::sessions::StoredSession;
 
 /// What a tool returns: structured content on success, a structured tool error otherwise.
 /// (Tool signatures spell the type out: rmcp derives output schemas from the written type.)
@@ -197,16 +198,11 @@ fn strip_numeric_formats(o: &mut JsonObject) {
 
 /// Per-connection state: the agent this MCP session joined each room with.
 ///
-/// Over HTTP with sessions, `joined` is a cache of the session as the store keeps it
-/// ([`Macp::session`]): a session opened on another server, or before this one restarted,
-/// finds its joins there on first use. (A session that re-joins a room as another agent
-/// through another server is seen here as its earlier agent until this server's copy of the
-/// session ends.)
+/// Over HTTP with sessions the store's copy of the session is the truth, read for each request
+/// ([`crate::sessions::StoredSession`]); `joined` serves stdio, and a session the store lacks.
 #[derive(Debug, Default)]
 struct SessionState {
     joined: HashMap<RoomId, AgentId>,
-    /// When this server last told the store the session is in use.
-    kept_at: Option<std::time::Instant>,
     /// Legacy `resources/subscribe` registrations: the task forwarding each URI's changes.
     subscriptions: HashMap<String, tokio::task::AbortHandle>,
 }
@@ -307,20 +303,16 @@ impl MacpMcp {
     /// same local user, and a fresh client must not post as another client's agent.
     /// The agent a read is made as (for its read position and unread counts): the one named,
     /// else the one this session joined with, else none (the read is then made as nobody).
-    async fn reading_agent(
+    fn reading_agent(
         &self,
         room_id: RoomId,
         named: Option<AgentId>,
         ctx: &RequestContext<RoleServer>,
     ) -> Option<AgentId> {
-        match named {
-            Some(a) => Some(a),
-            // A read does not fail for want of its read position.
-            None => self.joined(room_id, ctx).await.ok().flatten(),
-        }
+        named.or_else(|| self.joined(room_id, ctx))
     }
 
-    async fn session_agent(
+    fn session_agent(
         &self,
         room_id: RoomId,
         named: Option<AgentId>,
@@ -329,7 +321,7 @@ impl MacpMcp {
         if named.is_some() {
             return Ok(named);
         }
-        if let Some(a) = self.joined(room_id, ctx).await.map_err(|e| tool_error(&e))? {
+        if let Some(a) = self.joined(room_id, ctx) {
             return Ok(Some(a));
         }
         Err(tool_error(&Error::NotJoined {
@@ -341,42 +333,40 @@ impl MacpMcp {
         }))
     }
 
-    /// The agent this session joined `room_id` as: from this server's copy of the session, else
-    /// from the store (a session opened elsewhere, or before a restart).
-    async fn joined(
-        &self,
-        room_id: RoomId,
-        ctx: &RequestContext<RoleServer>,
-    ) -> macp_core::Result<Option<AgentId>> {
-        if let Some(a) = self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id) {
-            return Ok(Some(a.clone()));
+    /// The agent this session joined `room_id` as: the store's answer for this request when the
+    /// session is stored (wherever the join was made), else this connection's own.
+    fn joined(&self, room_id: RoomId, ctx: &RequestContext<RoleServer>) -> Option<AgentId> {
+        if let Some(stored) = stored_session(ctx) {
+            return stored.session.joined.get(&room_id).cloned();
         }
-        let Some(id) = session_id(ctx) else { return Ok(None) };
-        let Some(stored) = self.macp.session(&id).await? else { return Ok(None) };
-        let mut st = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        for (room, agent) in stored.joined {
-            st.joined.entry(room).or_insert(agent);
-        }
-        Ok(st.joined.get(&room_id).cloned())
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.get(&room_id).cloned()
     }
 
-    /// Tells the store the session is in use, at most once per [`KEEP_EVERY`] from this server
-    /// and off the call's path, so that it ends only after the idle time without any use.
-    fn keep_alive(&self, ctx: &RequestContext<RoleServer>) {
-        let Some(id) = session_id(ctx) else { return };
-        {
-            let mut st = self.session.lock().unwrap_or_else(|p| p.into_inner());
-            if st.kept_at.is_some_and(|t| t.elapsed() < KEEP_EVERY) {
-                return;
-            }
-            st.kept_at = Some(std::time::Instant::now());
+    /// Stores the session's join of `room_id` as `agent_id`, so the next request finds it on
+    /// any server. A session the store lacks (its opening could not be stored) is stored now,
+    /// from what its client's `initialize` said.
+    async fn store_join(
+        &self,
+        room_id: RoomId,
+        agent_id: &AgentId,
+        ctx: &RequestContext<RoleServer>,
+    ) -> macp_core::Result<()> {
+        let Some(id) =
+            ctx.extensions.get::<Parts>().and_then(|p| crate::sessions::legacy_session_id(&p.headers))
+        else {
+            return Ok(());
+        };
+        if self.macp.session_joined(&id, room_id, agent_id).await? {
+            return Ok(());
         }
-        let macp = self.macp.clone();
-        tokio::spawn(async move {
-            if let Err(e) = macp.keep_session(&id).await {
-                tracing::warn!(error = %e, "keeping a session alive in the store failed");
-            }
-        });
+        let Some(info) = ctx.peer.peer_info() else { return Ok(()) };
+        let state =
+            rmcp::transport::streamable_http_server::session::store::SessionState::new((*info).clone());
+        let opening = serde_json::to_string(&state).map_err(|e| {
+            Error::backend("session", false, format!("encoding the session's opening: {e}"), None)
+        })?;
+        self.macp.open_session(&id, opening).await?;
+        self.macp.session_joined(&id, room_id, agent_id).await.map(|_| ())
     }
 }
 
@@ -404,15 +394,9 @@ impl Drop for InFlight {
     }
 }
 
-/// How often a server tells the store that a session it serves is in use: a small part of the
-/// idle time, so a session in use never lapses.
-const KEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-
-/// The MCP session a request belongs to (its `Mcp-Session-Id`): HTTP clients of the session
-/// generation (2025-11-25) have one; stateless requests and stdio have none.
-fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
-    let v = ctx.extensions.get::<Parts>()?.headers.get("mcp-session-id")?;
-    v.to_str().ok().map(str::to_owned)
+/// The session this request names, as the store has it (see [`crate::sessions`]).
+fn stored_session(ctx: &RequestContext<RoleServer>) -> Option<&StoredSession> {
+    ctx.extensions.get::<Parts>()?.extensions.get::<StoredSession>()
 }
 
 fn done<T>(r: macp_core::Result<T>) -> ToolResult<T> {
@@ -439,9 +423,7 @@ impl MacpMcp {
         let s = self.macp.join_room(&who, parse(args)?).await.map_err(|e| tool_error(&e))?;
         // Stored before the answer, so that the next request finds the join on any server; if
         // that fails the client is told, and joining again is harmless.
-        if let Some(id) = session_id(&ctx) {
-            self.macp.session_joined(&id, s.room_id, &s.agent_id).await.map_err(|e| tool_error(&e))?;
-        }
+        self.store_join(s.room_id, &s.agent_id, &ctx).await.map_err(|e| tool_error(&e))?;
         self.session.lock().unwrap_or_else(|p| p.into_inner()).joined.insert(s.room_id, s.agent_id.clone());
         Ok(Json(s))
     }
@@ -456,7 +438,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: CloseRoom = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await.ok().flatten();
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).ok().flatten();
         done(self.macp.close_room(&who, req, Channel::Agent).await)
     }
 
@@ -469,7 +451,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Room>> {
         let who = self.who(&ctx)?;
         let mut req: SteerRoom = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.steer_room(&who, req, Channel::Agent).await)
     }
 
@@ -498,7 +480,7 @@ impl MacpMcp {
     ) -> ToolResult<RoomContext> {
         let who = self.who(&ctx)?;
         let mut req: ContextQuery = parse(args)?;
-        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx).await;
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx);
         done(self.macp.room_context(&who, req).await)
     }
 
@@ -506,7 +488,7 @@ impl MacpMcp {
     async fn claim_work(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<ClaimResult> {
         let who = self.who(&ctx)?;
         let mut req: ClaimWork = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.claim_work(&who, req).await)
     }
 
@@ -518,7 +500,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AskDecision = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.ask_decision(&who, req).await)
     }
 
@@ -532,7 +514,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<Decision>> {
         let who = self.who(&ctx)?;
         let mut req: AnswerDecision = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.answer_decision(&who, req, Channel::Agent).await)
     }
 
@@ -544,7 +526,7 @@ impl MacpMcp {
     ) -> ToolResult<Written<AgentSession>> {
         let who = self.who(&ctx)?;
         let mut req: DeclareStatus = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.declare_status(&who, req).await)
     }
 
@@ -552,7 +534,7 @@ impl MacpMcp {
     async fn erase(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Erased> {
         let who = self.who(&ctx)?;
         let mut req: Erase = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.erase(&who, req).await)
     }
 
@@ -564,7 +546,7 @@ impl MacpMcp {
     ) -> ToolResult<PostedFinding> {
         let who = self.who(&ctx)?;
         let mut req: PostFinding = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.post_finding(&who, req).await)
     }
 
@@ -592,7 +574,7 @@ impl MacpMcp {
     async fn get_updates(&self, args: JsonObject, ctx: RequestContext<RoleServer>) -> ToolResult<Updates> {
         let who = self.who(&ctx)?;
         let mut req: UpdatesQuery = parse(args)?;
-        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx).await;
+        req.agent_id = self.reading_agent(req.room_id, req.agent_id, &ctx);
         done(self.macp.updates(&who, req).await)
     }
 
@@ -604,7 +586,7 @@ impl MacpMcp {
     ) -> ToolResult<EntityOutcome> {
         let who = self.who(&ctx)?;
         let mut req: AddEntity = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.add_entity(&who, req).await)
     }
 
@@ -616,7 +598,7 @@ impl MacpMcp {
     ) -> ToolResult<RelationshipOutcome> {
         let who = self.who(&ctx)?;
         let mut req: AddRelationship = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.add_relationship(&who, req).await)
     }
 
@@ -628,7 +610,7 @@ impl MacpMcp {
     ) -> ToolResult<MergeOutcome> {
         let who = self.who(&ctx)?;
         let mut req: MergeEntities = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.merge_entities(&who, req).await)
     }
 
@@ -650,7 +632,7 @@ impl MacpMcp {
     ) -> ToolResult<UploadTicket> {
         let who = self.who(&ctx)?;
         let mut req: RequestUpload = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.request_artifact_upload(&who, req).await)
     }
 
@@ -662,7 +644,7 @@ impl MacpMcp {
     ) -> ToolResult<ArtifactOutcome> {
         let who = self.who(&ctx)?;
         let mut req: RegisterArtifact = parse(args)?;
-        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx).await?;
+        req.agent_id = self.session_agent(req.room_id, req.agent_id, &ctx)?;
         done(self.macp.register_artifact(&who, req).await)
     }
 
@@ -733,7 +715,6 @@ impl ServerHandler for MacpMcp {
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
         let _in_flight = InFlight::enter();
-        self.keep_alive(&context);
         let auth = self.auth(&context);
         let user = auth.as_ref().ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
         let started = std::time::Instant::now();
@@ -882,7 +863,7 @@ impl ServerHandler for MacpMcp {
     ) -> Result<ReadResourceResponse, McpError> {
         if let Some(room) = push::room_of(&request.uri) {
             let who = self.who(&ctx).map_err(|_| McpError::invalid_request("not authenticated", None))?;
-            let agent = self.reading_agent(room, None, &ctx).await;
+            let agent = self.reading_agent(room, None, &ctx);
             let q = macp_core::service::ContextQuery { room_id: room, agent_id: agent };
             let c = self.macp.room_context(&who, q).await.map_err(|e| resource_error(&request.uri, &e))?;
             return Ok(ReadResourceResult::new(vec![ResourceContents::TextResourceContents {

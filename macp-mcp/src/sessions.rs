@@ -4,10 +4,22 @@
 //!
 //! rmcp stores what `initialize` said when a session opens, and on a request naming a session
 //! it does not hold, loads it and replays `initialize` into a fresh handler. The rooms the
-//! session joined are MACP's own part of the session ([`Macp::session_joined`]); the handler
-//! reads them from the store on first use (see `MacpMcp::joined`).
+//! session joined are MACP's own part of the session ([`Macp::session_joined`]). Every request
+//! of a session reads it from the store first ([`stored_session`], the store being the
+//! session's truth): the handler acts as the agent the store says the session joined the room
+//! as, wherever the join was made, and a session ended anywhere (or unused for the idle time)
+//! is refused everywhere, even by a server that still holds it in memory.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use macp_core::Macp;
+use macp_core::service::{Session, SessionLookup};
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::store::{
     SessionState, SessionStore, SessionStoreError,
 };
@@ -38,10 +50,59 @@ impl SessionStore for StoredSessions {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        // rmcp only logs a failure here; a session the store lacks is stored by its first join
+        // (see `MacpMcp::store_join`).
         Ok(self.macp.open_session(session_id, serde_json::to_string(state)?).await?)
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         Ok(self.macp.end_session(session_id).await?)
     }
+}
+
+/// The session a request names, as the store has it, for the handler (in the request's
+/// extensions, which reach it through the HTTP `Parts`).
+#[derive(Debug, Clone)]
+pub struct StoredSession {
+    /// The session as stored.
+    pub session: Session,
+}
+
+/// The session id of a request of the session generation (2025-11-25 and before): a request of
+/// 2026-07-28 is stateless, whatever headers it carries.
+pub fn legacy_session_id(headers: &HeaderMap) -> Option<String> {
+    let stateless =
+        headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).is_some_and(|v| v >= "2026-07-28");
+    if stateless {
+        return None;
+    }
+    headers.get("mcp-session-id")?.to_str().ok().map(str::to_owned)
+}
+
+/// Reads the session a request names from the store before rmcp sees the request: a live one
+/// goes to the handler as a [`StoredSession`] (and is kept alive); an ended one is refused with
+/// 404, as rmcp refuses a session it does not know, and this server's copy of it is closed;
+/// one the store does not know is left to rmcp (its own memory, or a restore). If the store
+/// cannot be read, the request goes on with this server's copy of the session, if any.
+pub async fn stored_session(
+    State((macp, local)): State<(Macp, Arc<LocalSessionManager>)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if let Some(id) = legacy_session_id(req.headers()) {
+        match macp.use_session(&id).await {
+            Ok(SessionLookup::Live(session)) => {
+                req.extensions_mut().insert(StoredSession { session });
+            }
+            Ok(SessionLookup::Ended) => {
+                let _ = local.close_session(&Arc::from(id.as_str())).await;
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+            }
+            Ok(SessionLookup::Unknown) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the session from the store failed; serving this server's copy")
+            }
+        }
+    }
+    next.run(req).await
 }

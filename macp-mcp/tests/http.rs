@@ -255,7 +255,8 @@ async fn call_tool(
 /// Two servers of one store, as behind a load balancer that sends each request anywhere (or
 /// one server and its replacement after a restart): a session opened and joined on the first
 /// carries on at the second, whose writes act as the joined agent without naming it and without
-/// joining again; ending the session at either ends it at a third that never saw it.
+/// joining again; a join made at either is what both act as; ending the session at one ends it
+/// at every server, one holding it in memory included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_carries_on_at_another_server_of_the_store_without_joining_again() {
     let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
@@ -286,11 +287,27 @@ async fn a_session_carries_on_at_another_server_of_the_store_without_joining_aga
     assert_eq!(posted["isError"], json!(false), "the second server did not carry the session on: {posted}");
     assert_eq!(posted["structuredContent"]["finding"]["agent_id"], json!("claude-1"));
 
+    // Joining again as another agent through the second server: the first, which still holds
+    // its own copy of the session, acts as the new agent too.
+    let again =
+        call_tool(&mut b, &session, 5, "join_room", json!({"room_id": room, "agent_id": "claude-2"})).await;
+    assert_eq!(again["isError"], json!(false), "{again}");
+    let posted =
+        call_tool(&mut a, &session, 6, "post_finding", json!({"room_id": room, "content": "pool exhausted"}))
+            .await;
+    assert_eq!(
+        posted["structuredContent"]["finding"]["agent_id"],
+        json!("claude-2"),
+        "a server acted on a stale join"
+    );
+
     let end = b.request("DELETE", "/mcp", &mcp_headers(Some(&session)), b"").await.unwrap();
     assert_eq!(end.status, 204);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}).to_string();
     let mut c = Raw::connect(addr(&servers[2])).await;
-    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string();
     let after = c.request("POST", "/mcp", &mcp_headers(Some(&session)), body.as_bytes()).await.unwrap();
     assert_eq!(after.status, 404, "an ended session carried on at another server");
+    let after = a.request("POST", "/mcp", &mcp_headers(Some(&session)), body.as_bytes()).await.unwrap();
+    assert_eq!(after.status, 404, "an ended session carried on at a server holding it in memory");
     ct.cancel();
 }

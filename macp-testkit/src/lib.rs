@@ -455,6 +455,7 @@ mod tests {
             include_str!("cases/retention.rs"),
             include_str!("cases/members.rs"),
             include_str!("cases/portable.rs"),
+            include_str!("cases/sessions.rs"),
         ];
         let lib = include_str!("lib.rs");
         let registry = &lib

@@ -1,8 +1,8 @@
 //! Protocol sessions: one item per session in the `protocol_sessions` table, keyed by the
 //! digest of the session's id; the rooms it joined in a map attribute, so that joins of
-//! different rooms from different servers each update their own entry. `expires_epoch` (the
-//! expiry in seconds) is the table's TTL attribute: DynamoDB deletes expired items itself,
-//! usually within a few days, and the service never trusts an expired one meanwhile.
+//! different rooms from different servers each update their own entry. `expires_epoch`
+//! (`keep_until` in seconds) is the table's TTL attribute: DynamoDB deletes items after it
+//! itself, usually within a few days, and the service never trusts an ended session meanwhile.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,12 +18,13 @@ fn key_of(key: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([("session_key".to_owned(), s(key))])
 }
 
-/// `expires_at` in milliseconds, and `expires_epoch` (the TTL attribute) in whole seconds,
-/// rounded up so that DynamoDB never deletes a session before the service would end it.
-fn expiry(t: Timestamp) -> [(String, AttributeValue); 2] {
+/// `expires_at` and `keep_until` in milliseconds, and `expires_epoch` (the TTL attribute) as
+/// `keep_until` in whole seconds, rounded up so that DynamoDB never deletes a record early.
+fn expiry(expires_at: Timestamp, keep_until: Timestamp) -> [(String, AttributeValue); 3] {
     [
-        ("expires_at".to_owned(), n(t.as_millis())),
-        ("expires_epoch".to_owned(), n(t.as_millis().div_euclid(1000) + 1)),
+        ("expires_at".to_owned(), n(expires_at.as_millis())),
+        ("keep_until".to_owned(), n(keep_until.as_millis())),
+        ("expires_epoch".to_owned(), n(keep_until.as_millis().div_euclid(1000) + 1)),
     ]
 }
 
@@ -41,6 +42,7 @@ fn record(item: &Item) -> Result<SessionRecord> {
         opening: get_s(item, "opening")?.to_owned(),
         joined,
         expires_at: Timestamp::from_millis(get_n(item, "expires_at")?),
+        keep_until: Timestamp::from_millis(get_n(item, "keep_until")?),
     })
 }
 
@@ -53,7 +55,7 @@ impl SessionStore for AwsBackend {
             ("opening".to_owned(), s(&r.opening)),
             ("joined".to_owned(), AttributeValue::M(joined)),
         ]);
-        item.extend(expiry(r.expires_at));
+        item.extend(expiry(r.expires_at, r.keep_until));
         self.ddb
             .put_item()
             .table_name(&self.names.sessions)
@@ -76,11 +78,14 @@ impl SessionStore for AwsBackend {
         key: &str,
         join: Option<(RoomId, &AgentId)>,
         expires_at: Timestamp,
+        keep_until: Timestamp,
     ) -> Result<bool> {
         let mut values: HashMap<String, AttributeValue> =
-            expiry(expires_at).into_iter().map(|(k, v)| (format!(":{k}"), v)).collect();
+            expiry(expires_at, keep_until).into_iter().map(|(k, v)| (format!(":{k}"), v)).collect();
         let mut names = HashMap::new();
-        let mut expr = "SET expires_at = :expires_at, expires_epoch = :expires_epoch".to_owned();
+        let mut expr =
+            "SET expires_at = :expires_at, keep_until = :keep_until, expires_epoch = :expires_epoch"
+                .to_owned();
         if let Some((room, agent)) = join {
             // One map entry: a join of another room from another server is left alone.
             expr.push_str(", joined.#room = :agent");
@@ -103,17 +108,6 @@ impl SessionStore for AwsBackend {
             Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
             Err(e) => Err(aws_err("dynamodb", "UpdateItem (session)", e)),
         }
-    }
-
-    async fn delete_session(&self, key: &str) -> Result<()> {
-        self.ddb
-            .delete_item()
-            .table_name(&self.names.sessions)
-            .set_key(Some(key_of(key)))
-            .send()
-            .await
-            .map_err(|e| aws_err("dynamodb", "DeleteItem (session)", e))?;
-        Ok(())
     }
 
     async fn purge_sessions(&self, _now: Timestamp, _limit: usize) -> Result<usize> {

@@ -71,7 +71,9 @@ pub use search::{
     MAX_ROOMS_SEARCHED, ReconcileReport, ReconcilerHandle, RoomLabel, SearchConfig, SearchFindings,
     SearchHit, SearchResults,
 };
-pub use sessions::{DEFAULT_SESSION_IDLE, MAX_SESSION_ID_BYTES, MAX_SESSION_OPENING_BYTES, Session};
+pub use sessions::{
+    DEFAULT_SESSION_IDLE, MAX_SESSION_ID_BYTES, MAX_SESSION_OPENING_BYTES, Session, SessionLookup,
+};
 
 use crate::blob::BlobStore;
 use crate::error::{Error, Result};

@@ -5,9 +5,14 @@
 //! Rules kept here, whatever the store:
 //! - A session is stored under a digest of its id, never the id: the id is what a client
 //!   presents to continue the session, and a copy of the store must not give it away.
+//! - The store is the session's truth: every request of a session reads it
+//!   ([`Macp::use_session`]), so a join made through one server is what the next request acts
+//!   as on any other, and a session ended anywhere is ended everywhere.
 //! - A session ends when it has not been used for the session idle time (default
-//!   [`DEFAULT_SESSION_IDLE`]), as a live one does in a server's memory; an expired record is
-//!   never trusted, whether or not the store has deleted it yet.
+//!   [`DEFAULT_SESSION_IDLE`]), as a live one does in a server's memory; using it moves its end,
+//!   written at most once per quarter of the idle time. An ended session is kept, ended, for
+//!   another idle time (so a server still holding it in memory learns that it ended, rather
+//!   than finding nothing and serving it), then purged.
 //! - What a session joined is only ever who it acts *as*; whether the caller may act as that
 //!   agent is checked on every call, as for an agent named outright.
 
@@ -25,6 +30,18 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 /// The largest opening stored with a session (an MCP client's `initialize` parameters: its
 /// name, version and capabilities).
 pub const MAX_SESSION_OPENING_BYTES: usize = 64 * 1024;
+
+/// What [`Macp::use_session`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionLookup {
+    /// The session is live (and now kept alive).
+    Live(Session),
+    /// The session ended (unused for the idle time, or ended by its client): refuse it.
+    Ended,
+    /// The store has no such session: one it never stored (its opening could not be), or
+    /// purged long after it ended.
+    Unknown,
+}
 
 /// A live session, as [`Macp::session`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,8 +64,15 @@ fn session_key(session_id: &str) -> Result<String> {
 }
 
 impl Macp {
-    fn session_expiry(&self) -> Timestamp {
-        self.now().plus_millis(self.inner.session_idle_ms)
+    /// A session's end if used now, and until when its record is kept: an idle time after
+    /// that, so that a server still holding the session in memory (which forgets it after an
+    /// idle time unused) learns that it ended rather than finding nothing.
+    fn session_times(&self, ends: Timestamp) -> (Timestamp, Timestamp) {
+        (ends, ends.plus_millis(self.inner.session_idle_ms))
+    }
+
+    fn session_expiry(&self) -> (Timestamp, Timestamp) {
+        self.session_times(self.now().plus_millis(self.inner.session_idle_ms))
     }
 
     /// Remembers a session that just opened, with what its transport needs to open it again
@@ -65,8 +89,8 @@ impl Macp {
                 limit: Some(MAX_SESSION_OPENING_BYTES as u64),
             });
         }
-        let record =
-            SessionRecord { key, opening, joined: Default::default(), expires_at: self.session_expiry() };
+        let (expires_at, keep_until) = self.session_expiry();
+        let record = SessionRecord { key, opening, joined: Default::default(), expires_at, keep_until };
         self.inner.store.put_session(&record).await
     }
 
@@ -83,6 +107,30 @@ impl Macp {
             .map(|r| Session { opening: r.opening, joined: r.joined }))
     }
 
+    /// The session a request names, read from the store as the request's truth, and kept
+    /// alive: its end moves to an idle time from now when a quarter of the idle time has passed
+    /// since it last moved (so a busy session costs one write per quarter idle time, whatever
+    /// the number of servers).
+    pub async fn use_session(&self, session_id: &str) -> Result<SessionLookup> {
+        let key = session_key(session_id)?;
+        let now = self.now();
+        let Some(r) = self.inner.store.get_session(&key).await? else { return Ok(SessionLookup::Unknown) };
+        if r.expires_at <= now {
+            return Ok(SessionLookup::Ended);
+        }
+        let idle = self.inner.session_idle_ms;
+        if r.expires_at.as_millis() - now.as_millis() < idle - idle / 4 {
+            let (expires_at, keep_until) = self.session_expiry();
+            self.inner.store.extend_session(&key, None, expires_at, keep_until).await?;
+        }
+        Ok(SessionLookup::Live(Session { opening: r.opening, joined: r.joined }))
+    }
+
+    /// How long a session may go unused before it ends.
+    pub fn session_idle(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.inner.session_idle_ms.max(0) as u64)
+    }
+
     /// Records that the session joined `room_id` as `agent_id` (the latest join of a room
     /// wins) and keeps it alive. `false` if no live session has that id (one opened before
     /// sessions were stored, or whose opening could not be stored): nothing is written.
@@ -96,25 +144,23 @@ impl Macp {
         if self.session(session_id).await?.is_none() {
             return Ok(false);
         }
-        self.inner.store.extend_session(&key, Some((room_id, agent_id)), self.session_expiry()).await
+        let (expires_at, keep_until) = self.session_expiry();
+        self.inner.store.extend_session(&key, Some((room_id, agent_id)), expires_at, keep_until).await
     }
 
-    /// Keeps the session alive for another idle time from now. `false` if no live session has
-    /// that id.
-    pub async fn keep_session(&self, session_id: &str) -> Result<bool> {
-        let key = session_key(session_id)?;
-        if self.session(session_id).await?.is_none() {
-            return Ok(false);
-        }
-        self.inner.store.extend_session(&key, None, self.session_expiry()).await
-    }
-
-    /// Ends the session: no server carries it on after this.
+    /// Ends the session now: no server carries it on after this (one that holds it in memory
+    /// learns it on its next request, through [`Macp::use_session`]).
     pub async fn end_session(&self, session_id: &str) -> Result<()> {
-        self.inner.store.delete_session(&session_key(session_id)?).await
+        let (expires_at, keep_until) = self.session_times(self.now());
+        self.inner
+            .store
+            .extend_session(&session_key(session_id)?, None, expires_at, keep_until)
+            .await
+            .map(|_| ())
     }
 
-    /// Deletes the sessions that expired (part of [`Macp::purge_expired`]).
+    /// Deletes the sessions that ended more than an idle time ago (part of
+    /// [`Macp::purge_expired`]); until then an ended session is kept to say that it ended.
     pub(super) async fn purge_sessions(&self) -> Result<u64> {
         let now = self.now();
         let mut total = 0;

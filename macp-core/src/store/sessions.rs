@@ -24,6 +24,9 @@ pub struct SessionRecord {
     pub joined: BTreeMap<RoomId, AgentId>,
     /// When the session ends unless it is used again.
     pub expires_at: Timestamp,
+    /// Until when the record is kept (after it ended, to tell servers still holding the
+    /// session that it did); a store may delete it any time after.
+    pub keep_until: Timestamp,
 }
 
 /// Protocol sessions, one per key. Unlike the other stores, not scoped to a room: a session
@@ -37,8 +40,9 @@ pub trait SessionStore: Send + Sync {
     /// `None` if there is none.
     async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>>;
 
-    /// Moves the session's `expires_at` and, with `join`, sets the agent it acts as in that
-    /// room, keeping its other rooms. Returns `false` (writing nothing) if no session has the key.
+    /// Sets the session's `expires_at` and `keep_until` and, with `join`, the agent it acts as
+    /// in that room, keeping its other rooms. Returns `false` (writing nothing) if no session
+    /// has the key.
     ///
     /// Contract: atomic per key. Two concurrent calls joining different rooms both persist; of
     /// two joining the same room, one wins whole.
@@ -47,13 +51,11 @@ pub trait SessionStore: Send + Sync {
         key: &str,
         join: Option<(RoomId, &AgentId)>,
         expires_at: Timestamp,
+        keep_until: Timestamp,
     ) -> Result<bool>;
 
-    /// Deletes the session with `key`; nothing happens if there is none.
-    async fn delete_session(&self, key: &str) -> Result<()>;
-
-    /// Deletes up to `limit` sessions that expired at or before `now`, returning how many went.
-    /// A store whose database expires items itself (DynamoDB's TTL) may return 0: the service
-    /// never trusts an expired record, whoever deletes it.
+    /// Deletes up to `limit` sessions whose `keep_until` is at or before `now`, returning how
+    /// many went. A store whose database deletes items by a time itself (DynamoDB's TTL, on
+    /// `keep_until`) may return 0.
     async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize>;
 }

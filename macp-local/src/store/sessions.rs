@@ -18,10 +18,10 @@ impl SessionStore for SqliteStore {
         self.write(Sync::Durable, move |tx, _| {
             exec(
                 tx,
-                "INSERT INTO protocol_sessions (key, opening, joined, expires_at) VALUES (?, ?, ?, ?)
+                "INSERT INTO protocol_sessions (key, opening, joined, expires_at, keep_until) VALUES (?, ?, ?, ?, ?)
                  ON CONFLICT (key) DO UPDATE SET opening = excluded.opening, joined = excluded.joined,
-                     expires_at = excluded.expires_at",
-                params![r.key, r.opening, to_json(&r.joined), r.expires_at.as_millis()],
+                     expires_at = excluded.expires_at, keep_until = excluded.keep_until",
+                params![r.key, r.opening, to_json(&r.joined), r.expires_at.as_millis(), r.keep_until.as_millis()],
             )
             .map_err(sql_err)?;
             Ok(())
@@ -34,15 +34,24 @@ impl SessionStore for SqliteStore {
         self.read_small(move |c| {
             let found = row(
                 c,
-                "SELECT opening, joined, expires_at FROM protocol_sessions WHERE key = ?",
+                "SELECT opening, joined, expires_at, keep_until FROM protocol_sessions WHERE key = ?",
                 [&key],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
+                },
             )
             .optional()
             .map_err(sql_err)?;
-            let Some((opening, joined, expires_at)) = found else { return Ok(None) };
+            let Some((opening, joined, expires_at, keep_until)) = found else { return Ok(None) };
             let joined: BTreeMap<RoomId, AgentId> = from_json("session", &joined)?;
-            Ok(Some(SessionRecord { key, opening, joined, expires_at: Timestamp::from_millis(expires_at) }))
+            let (expires_at, keep_until) =
+                (Timestamp::from_millis(expires_at), Timestamp::from_millis(keep_until));
+            Ok(Some(SessionRecord { key, opening, joined, expires_at, keep_until }))
         })
         .await
     }
@@ -52,37 +61,30 @@ impl SessionStore for SqliteStore {
         key: &str,
         join: Option<(RoomId, &AgentId)>,
         expires_at: Timestamp,
+        keep_until: Timestamp,
     ) -> Result<bool> {
         let key = key.to_owned();
         let join = join.map(|(room, agent)| (room.to_string(), agent.as_str().to_owned()));
-        // A join is durable (the client was told it joined); keeping a session alive is not worth
-        // an fsync: after a crash it ends an idle time after its last durable write at worst.
+        // A join is durable (the client was told it joined), and so is an end; keeping a session
+        // alive is not worth an fsync: after a crash it ends up to a quarter idle time early.
         let sync = if join.is_some() { Sync::Durable } else { Sync::Lazy };
         self.write(sync, move |tx, _| {
             let n = match &join {
                 Some((room, agent)) => exec(
                     tx,
-                    "UPDATE protocol_sessions SET joined = json_set(joined, '$.' || json_quote(?), ?), expires_at = ?
+                    "UPDATE protocol_sessions SET joined = json_set(joined, '$.' || json_quote(?), ?), expires_at = ?,
+                         keep_until = ?
                      WHERE key = ?",
-                    params![room, agent, expires_at.as_millis(), key],
+                    params![room, agent, expires_at.as_millis(), keep_until.as_millis(), key],
                 ),
                 None => exec(
                     tx,
-                    "UPDATE protocol_sessions SET expires_at = ? WHERE key = ?",
-                    params![expires_at.as_millis(), key],
+                    "UPDATE protocol_sessions SET expires_at = ?, keep_until = ? WHERE key = ?",
+                    params![expires_at.as_millis(), keep_until.as_millis(), key],
                 ),
             }
             .map_err(sql_err)?;
             Ok(n == 1)
-        })
-        .await
-    }
-
-    async fn delete_session(&self, key: &str) -> Result<()> {
-        let key = key.to_owned();
-        self.write(Sync::Durable, move |tx, _| {
-            exec(tx, "DELETE FROM protocol_sessions WHERE key = ?", [&key]).map_err(sql_err)?;
-            Ok(())
         })
         .await
     }
@@ -92,7 +94,7 @@ impl SessionStore for SqliteStore {
             exec(
                 tx,
                 "DELETE FROM protocol_sessions WHERE key IN
-                     (SELECT key FROM protocol_sessions WHERE expires_at <= ? LIMIT ?)",
+                     (SELECT key FROM protocol_sessions WHERE keep_until <= ? LIMIT ?)",
                 params![now.as_millis(), limit as i64],
             )
             .map_err(sql_err)
