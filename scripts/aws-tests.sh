@@ -7,6 +7,7 @@
 #   2. check_tofu.py   - deploy/tofu parsed (python-hcl2) and held to macp-aws/schema.json
 #   3. the macp-testkit conformance suite on macp-aws (MACP_AWS_TEST_ENDPOINT)
 #   4. two `macp serve --backend aws` on the same moto, three agents spread over both
+#   5. failover_e2e.py - two servers behind a round-robin proxy; one crashes, one is replaced
 #
 # moto keeps everything in memory; each run starts its own server (clean state) and the
 # server stops when this script exits, however it exits (--exit-on-stdin-eof).
@@ -47,3 +48,8 @@ cargo build --quiet -p macp-mcp --bin macp --features aws
 curl -fsS -X POST "$endpoint/moto-api/reset" >/dev/null
 "$python" tests/e2e/mcp_e2e.py --macp "$target/debug/macp" --aws-endpoint "$endpoint" --servers 2
 took "multi-instance"
+
+section "failover: two servers behind a round-robin proxy, one crashed and one replaced mid-investigation"
+curl -fsS -X POST "$endpoint/moto-api/reset" >/dev/null
+"$python" tests/e2e/failover_e2e.py --macp "$target/debug/macp" --aws-endpoint "$endpoint"
+took "failover"
