@@ -48,6 +48,9 @@ echo "--> stdio transport (Python client) and the human-facing commands"
 echo "--> the replayed investigation: 4 agent processes + a late joiner, OAuth on, close, restart, re-check"
 "$python" tests/e2e/replay_e2e.py --macp "$macp"
 
+echo "--> a session outlives its server: one Python client across a crash and a graceful restart (SQLite)"
+"$python" tests/e2e/restart_e2e.py --macp "$macp"
+
 echo "--> the web view in headless Chromium: live feed, injection as text, a person's answer and marker, auth"
 "$python" tests/e2e/web_e2e.py --macp "$macp"
 
