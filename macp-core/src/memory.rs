@@ -879,10 +879,14 @@ impl DecisionStore for MemoryStore {
 
 #[async_trait]
 impl SessionStore for MemoryStore {
-    async fn put_session(&self, record: &SessionRecord) -> Result<()> {
+    async fn put_session(&self, record: &SessionRecord) -> Result<bool> {
         interleave().await;
-        self.lock().sessions.insert(record.key.clone(), record.clone());
-        Ok(())
+        let mut st = self.lock();
+        if st.sessions.contains_key(&record.key) {
+            return Ok(false);
+        }
+        st.sessions.insert(record.key.clone(), record.clone());
+        Ok(true)
     }
 
     async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>> {
@@ -894,17 +898,28 @@ impl SessionStore for MemoryStore {
         &self,
         key: &str,
         join: Option<(RoomId, &AgentId)>,
+        now: Timestamp,
         expires_at: Timestamp,
         keep_until: Timestamp,
     ) -> Result<bool> {
         interleave().await;
         let mut st = self.lock();
-        let Some(s) = st.sessions.get_mut(key) else { return Ok(false) };
+        let Some(s) = st.sessions.get_mut(key).filter(|s| !s.ended && s.expires_at > now) else {
+            return Ok(false);
+        };
         if let Some((room, agent)) = join {
             s.joined.insert(room, agent.clone());
         }
         (s.expires_at, s.keep_until) = (expires_at, keep_until);
         Ok(true)
+    }
+
+    async fn end_session(&self, key: &str, now: Timestamp, keep_until: Timestamp) -> Result<()> {
+        interleave().await;
+        if let Some(s) = self.lock().sessions.get_mut(key) {
+            (s.ended, s.expires_at, s.keep_until) = (true, s.expires_at.min(now), keep_until);
+        }
+        Ok(())
     }
 
     async fn purge_sessions(&self, now: Timestamp, limit: usize) -> Result<usize> {

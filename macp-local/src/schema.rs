@@ -263,14 +263,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "#,
     // 10: protocol sessions (MCP), so that a client's session outlives the server process:
     // `key` is a digest of the session id, `joined` the agent it acts as per room (JSON);
-    // purged by `keep_until`.
+    // `ended` once its client ended it; purged by `keep_until`.
     r#"
     CREATE TABLE protocol_sessions (
         key        TEXT PRIMARY KEY,
         opening    TEXT NOT NULL,
         joined     TEXT NOT NULL,
         expires_at INTEGER NOT NULL,
-        keep_until INTEGER NOT NULL
+        keep_until INTEGER NOT NULL,
+        ended      INTEGER NOT NULL DEFAULT 0
     ) STRICT, WITHOUT ROWID;
     CREATE INDEX protocol_sessions_by_keep ON protocol_sessions (keep_until);
     "#,

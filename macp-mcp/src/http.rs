@@ -148,6 +148,9 @@ pub struct Rpc {
     pub id: serde_json::Value,
     /// For `tools/call`, the tool's name.
     pub tool: Option<String>,
+    /// Carries its protocol version in `_meta` (2026-07-28 and later): a stateless request,
+    /// whatever its headers say (rmcp routes it so).
+    pub stateless: bool,
 }
 
 /// The outermost layer of `/mcp`: reads a POST's body whole (bounded in size and time) before any
@@ -201,6 +204,8 @@ pub async fn whole_message(req: axum::extract::Request, next: axum::middleware::
         Err((code, message)) => return rpc_error(code, message),
     };
     let streams = rpc.method.as_deref() == Some("subscriptions/listen");
+    // Counted until its answer is whole, for a graceful shutdown; a listening stream never is.
+    let _in_flight = (!streams).then(InFlight::enter);
     let mut req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
     req.extensions_mut().insert(rpc);
     let resp = next.run(req).await;
@@ -208,6 +213,30 @@ pub async fn whole_message(req: axum::extract::Request, next: axum::middleware::
         return resp;
     }
     one_piece(resp).await
+}
+
+/// POSTs to `/mcp` being answered in this process, which a graceful shutdown lets finish.
+static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many requests to `/mcp` this process is answering now (their answers not yet whole).
+pub fn requests_in_flight() -> usize {
+    IN_FLIGHT.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Counts one request in [`IN_FLIGHT`] for as long as it lives (a cancelled one too).
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> Self {
+        IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// An error answer after which the connection is closed, saying so.
@@ -240,6 +269,13 @@ fn shape(bytes: &[u8]) -> Result<Rpc, (i64, String)> {
     struct Params<'a> {
         #[serde(borrow, default)]
         name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(rename = "_meta", default)]
+        meta: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", default)]
+        version: Option<serde::de::IgnoredAny>,
     }
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         None => {
@@ -258,11 +294,13 @@ fn shape(bytes: &[u8]) -> Result<Rpc, (i64, String)> {
     }
     match serde_json::from_slice::<Message<'_>>(bytes) {
         Ok(m) => {
+            let stateless =
+                m.params.as_ref().and_then(|p| p.meta.as_ref()).is_some_and(|m| m.version.is_some());
             let tool = match (&m.method, m.params) {
                 (Some(method), Some(p)) if method == "tools/call" => p.name.map(|n| n.into_owned()),
                 _ => None,
             };
-            Ok(Rpc { method: m.method.map(|m| m.into_owned()), id: m.id, tool })
+            Ok(Rpc { method: m.method.map(|m| m.into_owned()), id: m.id, tool, stateless })
         }
         Err(e) if e.is_data() => Err((-32600, format!("Invalid Request: {e}"))),
         Err(e) => Err((-32700, format!("Parse error: {e}"))),

@@ -976,7 +976,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             "auth is on: every request needs a bearer token from the issuer"
         ),
     }
-    // On SIGTERM / Ctrl-C (a rolling replacement): stop accepting, let the tool calls in flight
+    // On SIGTERM / Ctrl-C (a rolling replacement): stop accepting, let the requests in flight
     // finish and answer, then cancel MCP sessions (which ends their SSE streams, so their
     // connections close), and give up waiting after GRACE. Cancelling first would abort the
     // calls in flight: their clients would see a 500 for a write that may have been applied.
@@ -984,14 +984,14 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         signals.requested().await;
-        tracing::info!(calls_in_flight = macp_mcp::server::calls_in_flight(), "shutting down");
+        tracing::info!(requests_in_flight = macp_mcp::http::requests_in_flight(), "shutting down");
         let _ = stopping_tx.send(());
     };
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let deadline = async {
         if stopping_rx.await.is_ok() {
             let until = tokio::time::Instant::now() + GRACE;
-            while macp_mcp::server::calls_in_flight() > 0 && tokio::time::Instant::now() < until {
+            while macp_mcp::http::requests_in_flight() > 0 && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             // The last answers leave through their sessions' streams: a moment to be written.

@@ -47,6 +47,7 @@ use crate::access;
 use crate::docs;
 use crate::push;
 use crate::sessions::StoredSession;
+use macp_core::service::SessionLookup;
 
 /// What a tool returns: structured content on success, a structured tool error otherwise.
 /// (Tool signatures spell the type out: rmcp derives output schemas from the written type.)
@@ -351,13 +352,16 @@ impl MacpMcp {
         agent_id: &AgentId,
         ctx: &RequestContext<RoleServer>,
     ) -> macp_core::Result<()> {
-        let Some(id) =
-            ctx.extensions.get::<Parts>().and_then(|p| crate::sessions::legacy_session_id(&p.headers))
-        else {
+        let Some(id) = ctx.extensions.get::<Parts>().and_then(crate::sessions::session_id) else {
             return Ok(());
         };
-        if self.macp.session_joined(&id, room_id, agent_id).await? {
-            return Ok(());
+        let ended = || {
+            Error::not_found_hint("session", "of this request", "this MCP session has ended; open a new one")
+        };
+        match self.macp.session_joined(&id, room_id, agent_id).await? {
+            SessionLookup::Live(_) => return Ok(()),
+            SessionLookup::Ended => return Err(ended()),
+            SessionLookup::Unknown => {}
         }
         let Some(info) = ctx.peer.peer_info() else { return Ok(()) };
         let state =
@@ -365,32 +369,12 @@ impl MacpMcp {
         let opening = serde_json::to_string(&state).map_err(|e| {
             Error::backend("session", false, format!("encoding the session's opening: {e}"), None)
         })?;
+        // Only if still absent: an ended session is never opened again.
         self.macp.open_session(&id, opening).await?;
-        self.macp.session_joined(&id, room_id, agent_id).await.map(|_| ())
-    }
-}
-
-/// Tool calls being answered in this process, which a graceful shutdown lets finish.
-static CALLS_IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// How many tool calls this process is answering now.
-pub fn calls_in_flight() -> usize {
-    CALLS_IN_FLIGHT.load(std::sync::atomic::Ordering::Acquire)
-}
-
-/// Counts one call in [`CALLS_IN_FLIGHT`] for as long as it lives (a cancelled call too).
-struct InFlight;
-
-impl InFlight {
-    fn enter() -> Self {
-        CALLS_IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Self
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        CALLS_IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        match self.macp.session_joined(&id, room_id, agent_id).await? {
+            SessionLookup::Live(_) => Ok(()),
+            _ => Err(ended()),
+        }
     }
 }
 
@@ -714,7 +698,6 @@ impl ServerHandler for MacpMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let tool = request.name.to_string();
-        let _in_flight = InFlight::enter();
         let auth = self.auth(&context);
         let user = auth.as_ref().ok().map(|a| a.principal.user_id.to_string()).unwrap_or_default();
         let started = std::time::Instant::now();

@@ -50,9 +50,20 @@ impl SessionStore for StoredSessions {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        // rmcp only logs a failure here; a session the store lacks is stored by its first join
-        // (see `MacpMcp::store_join`).
-        Ok(self.macp.open_session(session_id, serde_json::to_string(state)?).await?)
+        // rmcp only logs a failure here, so a passing one (a throttle) is retried; a session the
+        // store still lacks is stored by its first join (see `MacpMcp::store_join`).
+        let opening = serde_json::to_string(state)?;
+        let mut attempt = 0;
+        loop {
+            match self.macp.open_session(session_id, opening.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < 3 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
@@ -68,11 +79,17 @@ pub struct StoredSession {
     pub session: Session,
 }
 
-/// The session id of a request of the session generation (2025-11-25 and before): a request of
-/// 2026-07-28 is stateless, whatever headers it carries.
-pub fn legacy_session_id(headers: &HeaderMap) -> Option<String> {
+/// The session id a request of the session generation (2025-11-25 and before) names. A request
+/// of 2026-07-28 is stateless, whatever headers it carries: it says so in its header or, as
+/// rmcp also reads it, in its `_meta` (see [`crate::http::Rpc::stateless`]).
+pub fn session_id(parts: &axum::http::request::Parts) -> Option<String> {
+    session_id_of(&parts.headers, &parts.extensions)
+}
+
+fn session_id_of(headers: &HeaderMap, extensions: &axum::http::Extensions) -> Option<String> {
     let stateless =
-        headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).is_some_and(|v| v >= "2026-07-28");
+        headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok()).is_some_and(|v| v >= "2026-07-28")
+            || extensions.get::<crate::http::Rpc>().is_some_and(|r| r.stateless);
     if stateless {
         return None;
     }
@@ -83,13 +100,13 @@ pub fn legacy_session_id(headers: &HeaderMap) -> Option<String> {
 /// goes to the handler as a [`StoredSession`] (and is kept alive); an ended one is refused with
 /// 404, as rmcp refuses a session it does not know, and this server's copy of it is closed;
 /// one the store does not know is left to rmcp (its own memory, or a restore). If the store
-/// cannot be read, the request goes on with this server's copy of the session, if any.
+/// cannot be read, 503 (retryable): serving this server's copy could act on an ended session.
 pub async fn stored_session(
     State((macp, local)): State<(Macp, Arc<LocalSessionManager>)>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    if let Some(id) = legacy_session_id(req.headers()) {
+    if let Some(id) = session_id_of(req.headers(), req.extensions()) {
         match macp.use_session(&id).await {
             Ok(SessionLookup::Live(session)) => {
                 req.extensions_mut().insert(StoredSession { session });
@@ -99,8 +116,18 @@ pub async fn stored_session(
                 return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
             }
             Ok(SessionLookup::Unknown) => {}
+            // An id no session can have: unknown, as rmcp will answer.
+            Err(e) if e.code() == "invalid_input" => {}
             Err(e) => {
-                tracing::warn!(error = %e, "reading the session from the store failed; serving this server's copy")
+                tracing::warn!(error = %e, "reading the session from the store failed");
+                let mut resp = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("the session could not be read from the store ({}); retry", e.code()),
+                )
+                    .into_response();
+                resp.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+                return resp;
             }
         }
     }

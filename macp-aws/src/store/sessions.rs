@@ -43,27 +43,34 @@ fn record(item: &Item) -> Result<SessionRecord> {
         joined,
         expires_at: Timestamp::from_millis(get_n(item, "expires_at")?),
         keep_until: Timestamp::from_millis(get_n(item, "keep_until")?),
+        ended: matches!(item.get("ended"), Some(AttributeValue::Bool(true))),
     })
 }
 
 #[async_trait]
 impl SessionStore for AwsBackend {
-    async fn put_session(&self, r: &SessionRecord) -> Result<()> {
+    async fn put_session(&self, r: &SessionRecord) -> Result<bool> {
         let joined = r.joined.iter().map(|(room, agent)| (room.to_string(), s(agent.as_str()))).collect();
         let mut item = HashMap::from([
             ("session_key".to_owned(), s(&r.key)),
             ("opening".to_owned(), s(&r.opening)),
             ("joined".to_owned(), AttributeValue::M(joined)),
+            ("ended".to_owned(), AttributeValue::Bool(r.ended)),
         ]);
         item.extend(expiry(r.expires_at, r.keep_until));
-        self.ddb
+        let put = self
+            .ddb
             .put_item()
             .table_name(&self.names.sessions)
             .set_item(Some(item))
+            .condition_expression("attribute_not_exists(session_key)")
             .send()
-            .await
-            .map_err(|e| aws_err("dynamodb", "PutItem (session)", e))?;
-        Ok(())
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
+            Err(e) => Err(aws_err("dynamodb", "PutItem (session)", e)),
+        }
     }
 
     async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>> {
@@ -77,11 +84,14 @@ impl SessionStore for AwsBackend {
         &self,
         key: &str,
         join: Option<(RoomId, &AgentId)>,
+        now: Timestamp,
         expires_at: Timestamp,
         keep_until: Timestamp,
     ) -> Result<bool> {
         let mut values: HashMap<String, AttributeValue> =
             expiry(expires_at, keep_until).into_iter().map(|(k, v)| (format!(":{k}"), v)).collect();
+        values.insert(":now".into(), n(now.as_millis()));
+        values.insert(":no".into(), AttributeValue::Bool(false));
         let mut names = HashMap::new();
         let mut expr =
             "SET expires_at = :expires_at, keep_until = :keep_until, expires_epoch = :expires_epoch"
@@ -98,7 +108,8 @@ impl SessionStore for AwsBackend {
             .table_name(&self.names.sessions)
             .set_key(Some(key_of(key)))
             .update_expression(expr)
-            .condition_expression("attribute_exists(session_key)")
+            // Live only: a session ended (or expired) since it was read stays so.
+            .condition_expression("attribute_exists(session_key) AND ended = :no AND expires_at > :now")
             .set_expression_attribute_names((!names.is_empty()).then_some(names))
             .set_expression_attribute_values(Some(values))
             .send()
@@ -107,6 +118,29 @@ impl SessionStore for AwsBackend {
             Ok(_) => Ok(true),
             Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(false),
             Err(e) => Err(aws_err("dynamodb", "UpdateItem (session)", e)),
+        }
+    }
+
+    async fn end_session(&self, key: &str, now: Timestamp, keep_until: Timestamp) -> Result<()> {
+        let mut values: HashMap<String, AttributeValue> =
+            expiry(now, keep_until).into_iter().map(|(k, v)| (format!(":{k}"), v)).collect();
+        values.insert(":yes".into(), AttributeValue::Bool(true));
+        let r = self
+            .ddb
+            .update_item()
+            .table_name(&self.names.sessions)
+            .set_key(Some(key_of(key)))
+            .update_expression(
+                "SET ended = :yes, expires_at = :expires_at, keep_until = :keep_until, expires_epoch = :expires_epoch",
+            )
+            .condition_expression("attribute_exists(session_key)")
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if code_of(&e) == Some("ConditionalCheckFailedException") => Ok(()),
+            Err(e) => Err(aws_err("dynamodb", "UpdateItem (end session)", e)),
         }
     }
 

@@ -76,8 +76,9 @@ impl Macp {
     }
 
     /// Remembers a session that just opened, with what its transport needs to open it again
-    /// on another server (`opening`). Opening a session with an id already stored replaces it.
-    pub async fn open_session(&self, session_id: &str, opening: String) -> Result<()> {
+    /// on another server (`opening`). `false` if a session (live or ended) has that id
+    /// already: it is left as it is, so an ended session is never opened again.
+    pub async fn open_session(&self, session_id: &str, opening: String) -> Result<bool> {
         let key = session_key(session_id)?;
         if opening.len() > MAX_SESSION_OPENING_BYTES {
             return Err(Error::InvalidInput {
@@ -90,21 +91,26 @@ impl Macp {
             });
         }
         let (expires_at, keep_until) = self.session_expiry();
-        let record = SessionRecord { key, opening, joined: Default::default(), expires_at, keep_until };
+        let record =
+            SessionRecord { key, opening, joined: Default::default(), expires_at, keep_until, ended: false };
         self.inner.store.put_session(&record).await
     }
 
-    /// The live session with `session_id`; `None` if there is none or it has expired.
+    /// What the store holds for `key` at `now`.
+    async fn lookup(&self, key: &str, now: Timestamp) -> Result<SessionLookup> {
+        Ok(match self.inner.store.get_session(key).await? {
+            None => SessionLookup::Unknown,
+            Some(r) if r.ended || r.expires_at <= now => SessionLookup::Ended,
+            Some(r) => SessionLookup::Live(Session { opening: r.opening, joined: r.joined }),
+        })
+    }
+
+    /// The live session with `session_id`; `None` if there is none or it has ended.
     pub async fn session(&self, session_id: &str) -> Result<Option<Session>> {
-        let key = session_key(session_id)?;
-        let now = self.now();
-        Ok(self
-            .inner
-            .store
-            .get_session(&key)
-            .await?
-            .filter(|r| r.expires_at > now)
-            .map(|r| Session { opening: r.opening, joined: r.joined }))
+        Ok(match self.lookup(&session_key(session_id)?, self.now()).await? {
+            SessionLookup::Live(s) => Some(s),
+            _ => None,
+        })
     }
 
     /// The session a request names, read from the store as the request's truth, and kept
@@ -115,13 +121,16 @@ impl Macp {
         let key = session_key(session_id)?;
         let now = self.now();
         let Some(r) = self.inner.store.get_session(&key).await? else { return Ok(SessionLookup::Unknown) };
-        if r.expires_at <= now {
+        if r.ended || r.expires_at <= now {
             return Ok(SessionLookup::Ended);
         }
         let idle = self.inner.session_idle_ms;
         if r.expires_at.as_millis() - now.as_millis() < idle - idle / 4 {
             let (expires_at, keep_until) = self.session_expiry();
-            self.inner.store.extend_session(&key, None, expires_at, keep_until).await?;
+            // Conditional: a session ended since the read stays ended.
+            if !self.inner.store.extend_session(&key, None, now, expires_at, keep_until).await? {
+                return self.lookup(&key, now).await;
+            }
         }
         Ok(SessionLookup::Live(Session { opening: r.opening, joined: r.joined }))
     }
@@ -132,31 +141,37 @@ impl Macp {
     }
 
     /// Records that the session joined `room_id` as `agent_id` (the latest join of a room
-    /// wins) and keeps it alive. `false` if no live session has that id (one opened before
-    /// sessions were stored, or whose opening could not be stored): nothing is written.
+    /// wins) and keeps it alive, if it is live: the answer says what the store holds when it
+    /// is not (an ended session, or one the store never had), and nothing is written then.
     pub async fn session_joined(
         &self,
         session_id: &str,
         room_id: RoomId,
         agent_id: &AgentId,
-    ) -> Result<bool> {
+    ) -> Result<SessionLookup> {
         let key = session_key(session_id)?;
-        if self.session(session_id).await?.is_none() {
-            return Ok(false);
-        }
+        let now = self.now();
         let (expires_at, keep_until) = self.session_expiry();
-        self.inner.store.extend_session(&key, Some((room_id, agent_id)), expires_at, keep_until).await
+        if self
+            .inner
+            .store
+            .extend_session(&key, Some((room_id, agent_id)), now, expires_at, keep_until)
+            .await?
+        {
+            return self.lookup(&key, now).await;
+        }
+        match self.lookup(&key, now).await? {
+            // Ended or expired between the two reads' worth of time: not joined.
+            SessionLookup::Live(_) => Ok(SessionLookup::Ended),
+            other => Ok(other),
+        }
     }
 
-    /// Ends the session now: no server carries it on after this (one that holds it in memory
-    /// learns it on its next request, through [`Macp::use_session`]).
+    /// Ends the session now, for good: no server carries it on after this (one that holds it
+    /// in memory learns it on its next request, through [`Macp::use_session`]).
     pub async fn end_session(&self, session_id: &str) -> Result<()> {
-        let (expires_at, keep_until) = self.session_times(self.now());
-        self.inner
-            .store
-            .extend_session(&session_key(session_id)?, None, expires_at, keep_until)
-            .await
-            .map(|_| ())
+        let (now, keep_until) = self.session_times(self.now());
+        self.inner.store.end_session(&session_key(session_id)?, now, keep_until).await
     }
 
     /// Deletes the sessions that ended more than an idle time ago (part of

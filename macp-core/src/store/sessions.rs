@@ -27,32 +27,42 @@ pub struct SessionRecord {
     /// Until when the record is kept (after it ended, to tell servers still holding the
     /// session that it did); a store may delete it any time after.
     pub keep_until: Timestamp,
+    /// Ended by its client: nothing makes it live again.
+    pub ended: bool,
 }
 
 /// Protocol sessions, one per key. Unlike the other stores, not scoped to a room: a session
 /// spans the rooms it joined.
 #[async_trait]
 pub trait SessionStore: Send + Sync {
-    /// Stores `record`, replacing any session with the same key.
-    async fn put_session(&self, record: &SessionRecord) -> Result<()>;
+    /// Stores `record` unless a session (live or ended) has its key; `false` if one has, which
+    /// is left as it is.
+    async fn put_session(&self, record: &SessionRecord) -> Result<bool>;
 
     /// The session with `key`, expired or not (the service decides what an expiry means);
     /// `None` if there is none.
     async fn get_session(&self, key: &str) -> Result<Option<SessionRecord>>;
 
     /// Sets the session's `expires_at` and `keep_until` and, with `join`, the agent it acts as
-    /// in that room, keeping its other rooms. Returns `false` (writing nothing) if no session
-    /// has the key.
+    /// in that room, keeping its other rooms, if the session is live at `now` (not ended, and
+    /// `expires_at` after `now`). Returns `false`, writing nothing, otherwise (or if there is no
+    /// such session).
     ///
-    /// Contract: atomic per key. Two concurrent calls joining different rooms both persist; of
-    /// two joining the same room, one wins whole.
+    /// Contract: atomic and conditional per key, so an end and an extension racing never leave
+    /// an ended session live. Two concurrent calls joining different rooms both persist; of two
+    /// joining the same room, one wins whole.
     async fn extend_session(
         &self,
         key: &str,
         join: Option<(RoomId, &AgentId)>,
+        now: Timestamp,
         expires_at: Timestamp,
         keep_until: Timestamp,
     ) -> Result<bool>;
+
+    /// Marks the session ended (`ended`, `expires_at` no later than `now`) and keeps its record
+    /// until `keep_until`; nothing happens if there is none. Durable where the store is.
+    async fn end_session(&self, key: &str, now: Timestamp, keep_until: Timestamp) -> Result<()>;
 
     /// Deletes up to `limit` sessions whose `keep_until` is at or before `now`, returning how
     /// many went. A store whose database deletes items by a time itself (DynamoDB's TTL, on
