@@ -255,8 +255,9 @@ async fn call_tool(
 /// Two servers of one store, as behind a load balancer that sends each request anywhere (or
 /// one server and its replacement after a restart): a session opened and joined on the first
 /// carries on at the second, whose writes act as the joined agent without naming it and without
-/// joining again; a join made at either is what both act as; ending the session at one ends it
-/// at every server, one holding it in memory included.
+/// joining again; a join made at either is what both act as; a stateless request naming the
+/// session is no part of it; ending the session at one ends it at every server, one holding it
+/// in memory included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_carries_on_at_another_server_of_the_store_without_joining_again() {
     let macp = Macp::builder().store(Arc::new(MemoryStore::new())).build().unwrap();
@@ -299,6 +300,29 @@ async fn a_session_carries_on_at_another_server_of_the_store_without_joining_aga
         posted["structuredContent"]["finding"]["agent_id"],
         json!("claude-2"),
         "a server acted on a stale join"
+    );
+
+    // A stateless (2026-07-28) request is no part of any session, whatever headers it carries:
+    // it must name its agent.
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "post_finding", "arguments": {"room_id": room, "content": "no session here"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let stateless = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "post_finding"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let a2 = b.request("POST", "/mcp", &stateless, body.to_string().as_bytes()).await.unwrap();
+    assert_eq!(a2.status, 200, "{}", String::from_utf8_lossy(&a2.body));
+    let r = &message(&a2)["result"];
+    assert_eq!(
+        r["structuredContent"]["error"]["code"],
+        json!("not_joined"),
+        "a stateless request used a session: {r}"
     );
 
     let end = b.request("DELETE", "/mcp", &mcp_headers(Some(&session)), b"").await.unwrap();
