@@ -994,8 +994,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             while macp_mcp::http::requests_in_flight() > 0 && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            // The last answers leave through their sessions' streams: a moment to be written.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // Every answer counted is whole by now; hyper writes it out before closing.
             ct.cancel();
             tokio::time::sleep_until(until.max(tokio::time::Instant::now() + Duration::from_secs(1))).await;
         } else {

@@ -47,7 +47,7 @@ use crate::access;
 use crate::docs;
 use crate::push;
 use crate::sessions::StoredSession;
-use macp_core::service::SessionLookup;
+use macp_core::service::SessionJoin;
 
 /// What a tool returns: structured content on success, a structured tool error otherwise.
 /// (Tool signatures spell the type out: rmcp derives output schemas from the written type.)
@@ -359,20 +359,17 @@ impl MacpMcp {
             Error::not_found_hint("session", "of this request", "this MCP session has ended; open a new one")
         };
         match self.macp.session_joined(&id, room_id, agent_id).await? {
-            SessionLookup::Live(_) => return Ok(()),
-            SessionLookup::Ended => return Err(ended()),
-            SessionLookup::Unknown => {}
+            SessionJoin::Joined => return Ok(()),
+            SessionJoin::Ended => return Err(ended()),
+            SessionJoin::Unknown => {}
         }
         let Some(info) = ctx.peer.peer_info() else { return Ok(()) };
         let state =
             rmcp::transport::streamable_http_server::session::store::SessionState::new((*info).clone());
-        let opening = serde_json::to_string(&state).map_err(|e| {
-            Error::backend("session", false, format!("encoding the session's opening: {e}"), None)
-        })?;
         // Only if still absent: an ended session is never opened again.
-        self.macp.open_session(&id, opening).await?;
+        crate::sessions::open_session(&self.macp, &id, &state).await?;
         match self.macp.session_joined(&id, room_id, agent_id).await? {
-            SessionLookup::Live(_) => Ok(()),
+            SessionJoin::Joined => Ok(()),
             _ => Err(ended()),
         }
     }

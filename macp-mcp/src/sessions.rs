@@ -50,24 +50,32 @@ impl SessionStore for StoredSessions {
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        // rmcp only logs a failure here, so a passing one (a throttle) is retried; a session the
-        // store still lacks is stored by its first join (see `MacpMcp::store_join`).
-        let opening = serde_json::to_string(state)?;
-        let mut attempt = 0;
-        loop {
-            match self.macp.open_session(session_id, opening.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(e) if e.is_retryable() && attempt < 3 => {
-                    attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        // rmcp only logs a failure here; a session the store still lacks is stored by its first
+        // join (see `MacpMcp::store_join`).
+        Ok(open_session(&self.macp, session_id, state).await?)
     }
 
     async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
         Ok(self.macp.end_session(session_id).await?)
+    }
+}
+
+/// Stores a session that opened with `state` (what its client's `initialize` said), unless one
+/// has its id already; a passing failure (a throttle) is tried again.
+pub async fn open_session(macp: &Macp, session_id: &str, state: &SessionState) -> macp_core::Result<()> {
+    let opening = serde_json::to_string(state).map_err(|e| {
+        macp_core::Error::backend("session", false, format!("encoding the session's opening: {e}"), None)
+    })?;
+    let mut attempt = 0;
+    loop {
+        match macp.open_session(session_id, opening.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_retryable() && attempt < 3 => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

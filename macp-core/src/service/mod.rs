@@ -72,7 +72,8 @@ pub use search::{
     SearchHit, SearchResults,
 };
 pub use sessions::{
-    DEFAULT_SESSION_IDLE, MAX_SESSION_ID_BYTES, MAX_SESSION_OPENING_BYTES, Session, SessionLookup,
+    DEFAULT_SESSION_IDLE, MAX_SESSION_ID_BYTES, MAX_SESSION_OPENING_BYTES, Session, SessionJoin,
+    SessionLookup,
 };
 
 use crate::blob::BlobStore;

@@ -43,6 +43,17 @@ pub enum SessionLookup {
     Unknown,
 }
 
+/// What [`Macp::session_joined`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionJoin {
+    /// The join is stored.
+    Joined,
+    /// The session ended: nothing was written.
+    Ended,
+    /// The store has no such session: nothing was written.
+    Unknown,
+}
+
 /// A live session, as [`Macp::session`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
@@ -50,6 +61,16 @@ pub struct Session {
     pub opening: String,
     /// The agent the session acts as in each room it joined.
     pub joined: std::collections::BTreeMap<RoomId, AgentId>,
+}
+
+/// A stored session as of `now`: live only if its client has not ended it and it has not
+/// gone unused for the idle time.
+fn lookup_of(record: Option<SessionRecord>, now: Timestamp) -> SessionLookup {
+    match record {
+        None => SessionLookup::Unknown,
+        Some(r) if r.ended || r.expires_at <= now => SessionLookup::Ended,
+        Some(r) => SessionLookup::Live(Session { opening: r.opening, joined: r.joined }),
+    }
 }
 
 fn session_key(session_id: &str) -> Result<String> {
@@ -98,11 +119,7 @@ impl Macp {
 
     /// What the store holds for `key` at `now`.
     async fn lookup(&self, key: &str, now: Timestamp) -> Result<SessionLookup> {
-        Ok(match self.inner.store.get_session(key).await? {
-            None => SessionLookup::Unknown,
-            Some(r) if r.ended || r.expires_at <= now => SessionLookup::Ended,
-            Some(r) => SessionLookup::Live(Session { opening: r.opening, joined: r.joined }),
-        })
+        Ok(lookup_of(self.inner.store.get_session(key).await?, now))
     }
 
     /// The live session with `session_id`; `None` if there is none or it has ended.
@@ -120,19 +137,19 @@ impl Macp {
     pub async fn use_session(&self, session_id: &str) -> Result<SessionLookup> {
         let key = session_key(session_id)?;
         let now = self.now();
-        let Some(r) = self.inner.store.get_session(&key).await? else { return Ok(SessionLookup::Unknown) };
-        if r.ended || r.expires_at <= now {
-            return Ok(SessionLookup::Ended);
-        }
+        let record = self.inner.store.get_session(&key).await?;
         let idle = self.inner.session_idle_ms;
-        if r.expires_at.as_millis() - now.as_millis() < idle - idle / 4 {
+        let due =
+            record.as_ref().is_some_and(|r| r.expires_at.as_millis() - now.as_millis() < idle - idle / 4);
+        let found = lookup_of(record, now);
+        if due && matches!(found, SessionLookup::Live(_)) {
             let (expires_at, keep_until) = self.session_expiry();
             // Conditional: a session ended since the read stays ended.
             if !self.inner.store.extend_session(&key, None, now, expires_at, keep_until).await? {
                 return self.lookup(&key, now).await;
             }
         }
-        Ok(SessionLookup::Live(Session { opening: r.opening, joined: r.joined }))
+        Ok(found)
     }
 
     /// How long a session may go unused before it ends.
@@ -141,30 +158,25 @@ impl Macp {
     }
 
     /// Records that the session joined `room_id` as `agent_id` (the latest join of a room
-    /// wins) and keeps it alive, if it is live: the answer says what the store holds when it
-    /// is not (an ended session, or one the store never had), and nothing is written then.
+    /// wins) and keeps it alive, if it is live; otherwise writes nothing and says why.
     pub async fn session_joined(
         &self,
         session_id: &str,
         room_id: RoomId,
         agent_id: &AgentId,
-    ) -> Result<SessionLookup> {
+    ) -> Result<SessionJoin> {
         let key = session_key(session_id)?;
         let now = self.now();
         let (expires_at, keep_until) = self.session_expiry();
-        if self
-            .inner
-            .store
-            .extend_session(&key, Some((room_id, agent_id)), now, expires_at, keep_until)
-            .await?
-        {
-            return self.lookup(&key, now).await;
+        let join = Some((room_id, agent_id));
+        if self.inner.store.extend_session(&key, join, now, expires_at, keep_until).await? {
+            return Ok(SessionJoin::Joined);
         }
-        match self.lookup(&key, now).await? {
-            // Ended or expired between the two reads' worth of time: not joined.
-            SessionLookup::Live(_) => Ok(SessionLookup::Ended),
-            other => Ok(other),
-        }
+        Ok(match self.lookup(&key, now).await? {
+            SessionLookup::Ended => SessionJoin::Ended,
+            // Absent when the join was tried (it may have been opened since).
+            SessionLookup::Unknown | SessionLookup::Live(_) => SessionJoin::Unknown,
+        })
     }
 
     /// Ends the session now, for good: no server carries it on after this (one that holds it

@@ -23,7 +23,7 @@ pub async fn acknowledged_writes_survive_reopen(backend: Backend) {
     let posted = f.post("remember me", &["root-cause"]).await;
     f.macp.open_session("durable-session", "{}".into()).await.unwrap();
     let joined = f.macp.session_joined("durable-session", f.room, &f.a).await.unwrap();
-    assert!(matches!(joined, macp_core::service::SessionLookup::Live(_)));
+    assert_eq!(joined, macp_core::service::SessionJoin::Joined);
     f.macp.close_room(&f.alice, CloseRoom::new(f.room), Channel::Person).await.unwrap();
     let again = Macp::builder().store(reopen()).build().unwrap();
     let t = again.timeline(&f.bob, TimelineQuery::new(f.room)).await.unwrap();

@@ -1,14 +1,10 @@
 //! Protocol sessions kept in the store: any server of the store carries a session on.
 
-use macp_core::service::{DEFAULT_SESSION_IDLE, MAX_SESSION_OPENING_BYTES, SessionLookup};
+use macp_core::service::{DEFAULT_SESSION_IDLE, MAX_SESSION_OPENING_BYTES, SessionJoin, SessionLookup};
 
 use crate::Backend;
 
 use super::*;
-
-fn live(l: &SessionLookup) -> bool {
-    matches!(l, SessionLookup::Live(_))
-}
 
 const OPENING: &str = r#"{"protocolVersion":"2025-11-25","clientInfo":{"name":"kit","version":"1"}}"#;
 
@@ -34,11 +30,15 @@ pub async fn a_session_carries_its_joins_to_every_server_of_the_store(backend: B
 
     let (x, y) =
         tokio::join!(other.session_joined(id, f.room, &f.a), f.macp.session_joined(id, second, &f.b));
-    assert!(live(&x.unwrap()) && live(&y.unwrap()), "both joins found the session");
+    assert_eq!(
+        (x.unwrap(), y.unwrap()),
+        (SessionJoin::Joined, SessionJoin::Joined),
+        "both joins found the session"
+    );
     let s = f.macp.session(id).await.unwrap().unwrap();
     assert_eq!(s.joined.get(&f.room), Some(&f.a), "a concurrent join of another room was lost");
     assert_eq!(s.joined.get(&second), Some(&f.b));
-    assert!(live(&other.session_joined(id, f.room, &f.b).await.unwrap()));
+    assert_eq!(other.session_joined(id, f.room, &f.b).await.unwrap(), SessionJoin::Joined);
     assert_eq!(
         f.macp.session(id).await.unwrap().unwrap().joined.get(&f.room),
         Some(&f.b),
@@ -52,7 +52,7 @@ pub async fn a_session_carries_its_joins_to_every_server_of_the_store(backend: B
     assert!(f.macp.session("another-id").await.unwrap().is_none());
     assert_eq!(
         f.macp.session_joined("another-id", f.room, &f.a).await.unwrap(),
-        SessionLookup::Unknown,
+        SessionJoin::Unknown,
         "joined a session that is not there"
     );
     assert!(f.macp.session("another-id").await.unwrap().is_none(), "a join created a session");
@@ -82,7 +82,7 @@ pub async fn a_session_ends_when_idle_and_is_purged(backend: Backend) {
     assert!(f.macp.session(quiet).await.unwrap().is_none());
     assert_eq!(
         f.macp.session_joined(quiet, f.room, &f.a).await.unwrap(),
-        SessionLookup::Ended,
+        SessionJoin::Ended,
         "an ended session joined"
     );
     match f.macp.use_session(id).await.unwrap() {
@@ -115,6 +115,11 @@ pub async fn a_session_ends_when_idle_and_is_purged(backend: Backend) {
         SessionLookup::Ended,
         "a session its client ended carries on"
     );
+    // Nothing makes an ended session live again: a join, a use, opening it again.
+    assert_eq!(f.macp.session_joined(id, f.room, &f.b).await.unwrap(), SessionJoin::Ended);
+    assert!(!f.macp.open_session(id, OPENING.into()).await.unwrap(), "an ended session was opened again");
+    assert_eq!(f.macp.use_session(id).await.unwrap(), SessionLookup::Ended, "an ended session came back");
+    assert!(f.macp.session(id).await.unwrap().is_none());
 
     expect_code(f.macp.open_session("", OPENING.into()).await, "invalid_input");
     let e = expect_code(f.macp.open_session(&"x".repeat(257), OPENING.into()).await, "invalid_input");
