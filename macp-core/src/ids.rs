@@ -84,6 +84,16 @@ macro_rules! ulid_id {
             pub fn timestamp_ms(&self) -> u64 {
                 self.0.timestamp_ms()
             }
+
+            /// The id's 16 bytes (big-endian, as the ULID spec lays them out).
+            pub fn to_bytes(&self) -> [u8; 16] {
+                self.0.to_bytes()
+            }
+
+            /// The id whose 16 bytes are `b` (every value is a valid id).
+            pub fn from_bytes(b: [u8; 16]) -> Self {
+                Self(ulid::Ulid::from_bytes(b))
+            }
         }
 
         impl fmt::Display for $name {

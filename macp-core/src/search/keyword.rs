@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::image::{ImageReader, ImageWriter};
 use super::{Best, bm25_idf, keyword_terms};
 use crate::ids::FindingId;
 use crate::store::{KeywordHit, KeywordSearch};
@@ -155,6 +156,81 @@ impl KeywordIndex {
         });
         self.total_len -= u64::from(std::mem::take(&mut seg.lens[doc as usize]));
         true
+    }
+
+    /// Writes the index as an image (see [`super::image`]) that [`read_image`](Self::read_image)
+    /// turns back into an equal index without tokenising anything.
+    pub fn write_image(&self, w: &mut ImageWriter) {
+        w.u64(self.docs as u64);
+        w.u64(self.total_len);
+        w.count(self.sealed.len() + 1);
+        for seg in self.segments() {
+            w.u64(seg.base as u64);
+            w.count(seg.ids.len());
+            for id in &seg.ids {
+                w.id(*id);
+            }
+            w.u32s(&seg.lens);
+            w.count(seg.postings.len());
+            for (term, list) in &seg.postings {
+                w.str(term);
+                w.count(list.len());
+                for &(doc, tf) in list {
+                    w.u32(doc);
+                    w.u32(tf);
+                }
+            }
+        }
+    }
+
+    /// The index an image holds, or `None` when the image is not one that
+    /// [`write_image`](Self::write_image) wrote (short, or inconsistent: a posting past its
+    /// segment, segments out of order, counts that do not add up).
+    pub fn read_image(r: &mut ImageReader<'_>) -> Option<Self> {
+        let docs = usize::try_from(r.u64()?).ok()?;
+        let total_len = r.u64()?;
+        let n = r.count(8)?;
+        let mut segments = Vec::with_capacity(n);
+        let mut next = 0usize;
+        for _ in 0..n {
+            let base = usize::try_from(r.u64()?).ok()?;
+            let count = r.count(16)?;
+            let ids = (0..count).map(|_| r.id()).collect::<Option<Vec<_>>>()?;
+            let lens = r.u32s()?;
+            // Every segment but an empty open one starts where the one before it ended.
+            if lens.len() != count || (count > 0 && base != next) {
+                return None;
+            }
+            next = base + count;
+            let terms = r.count(16)?;
+            let mut postings = HashMap::with_capacity(terms);
+            for _ in 0..terms {
+                let term = r.str()?.to_owned();
+                let len = r.count(8)?;
+                let mut list = Vec::with_capacity(len);
+                for _ in 0..len {
+                    let (doc, tf) = (r.u32()?, r.u32()?);
+                    if doc as usize >= count {
+                        return None;
+                    }
+                    list.push((doc, tf));
+                }
+                postings.insert(term, list);
+            }
+            segments.push(Segment { base, ids, lens, postings });
+        }
+        let open = segments.pop()?;
+        let total: u64 =
+            segments.iter().chain(std::iter::once(&open)).flat_map(|s| &s.lens).map(|&l| u64::from(l)).sum();
+        if next != docs || total != total_len {
+            return None;
+        }
+        Some(Self {
+            sealed: segments.into_iter().map(Arc::new).collect(),
+            open: Arc::new(open),
+            docs,
+            total_len,
+        })
     }
 
     /// Merges the last [`FAN_IN`] sealed segments while they are of one size (below the cap).
@@ -338,5 +414,66 @@ mod segment_tests {
         // The later add is in the original only.
         assert_eq!(ix.search("zebra", 10).hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(), [later]);
         assert!(snapshot.search("zebra", 10).hits.is_empty());
+    }
+
+    /// An index read back from its image answers every query as the original did, takes an
+    /// erasure and further adds as the original would, and a damaged image is refused.
+    #[test]
+    fn an_index_read_from_its_image_searches_like_the_original() {
+        let words = ["cache", "pool", "orders-db", "timeout", "deploy", "retry", "latency"];
+        let mut ix = KeywordIndex::new();
+        let mut ids = Vec::new();
+        for i in 0..(SEGMENT * FAN_IN + SEGMENT + 40) {
+            let id = FindingId::generate();
+            ids.push(id);
+            ix.add(id, &format!("{} {} {i}", words[i % 7], words[(i * 3) % 7]));
+        }
+        ix.remove(ids[77]);
+        let mut w = ImageWriter::new();
+        ix.write_image(&mut w);
+        let bytes = w.into_bytes();
+        let mut r = ImageReader::new(&bytes);
+        let mut back = KeywordIndex::read_image(&mut r).expect("the image reads back");
+        assert!(r.is_empty());
+        let same = |a: &KeywordIndex, b: &KeywordIndex, q: &str| {
+            let (x, y) = (a.search(q, 20), b.search(q, 20));
+            assert_eq!(x.ideal, y.ideal, "{q}");
+            assert_eq!(
+                x.hits.iter().map(|h| (h.finding_id, h.score)).collect::<Vec<_>>(),
+                y.hits.iter().map(|h| (h.finding_id, h.score)).collect::<Vec<_>>(),
+                "{q}"
+            );
+        };
+        for q in ["orders-db timeout", "77", "4500", "cache pool latency", "nothing-here"] {
+            same(&ix, &back, q);
+        }
+        assert!(back.search("77", 5).hits.is_empty(), "an erased finding stays out");
+        for i in 0..SEGMENT {
+            let id = FindingId::generate();
+            ix.add(id, &format!("zebra {i}"));
+            back.add(id, &format!("zebra {i}"));
+        }
+        ix.remove(ids[3000]);
+        back.remove(ids[3000]);
+        assert_eq!(back.sealed.len(), ix.sealed.len(), "merges go on as in the original");
+        for q in ["zebra 12", "orders-db timeout", "3000"] {
+            same(&ix, &back, q);
+        }
+        // Damaged: cut short, or a posting pointing past its segment.
+        assert!(KeywordIndex::read_image(&mut ImageReader::new(&bytes[..bytes.len() - 1])).is_none());
+        let mut bad = ImageWriter::new();
+        bad.u64(1);
+        bad.u64(1);
+        bad.count(1);
+        bad.count(0);
+        bad.count(1);
+        bad.id(ids[0]);
+        bad.u32s(&[1]);
+        bad.count(1);
+        bad.str("cache");
+        bad.count(1);
+        bad.u32(5);
+        bad.u32(1);
+        assert!(KeywordIndex::read_image(&mut ImageReader::new(&bad.into_bytes())).is_none());
     }
 }

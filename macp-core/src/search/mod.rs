@@ -15,6 +15,7 @@
 #[cfg(feature = "builtin-embedder")]
 pub mod builtin;
 pub mod fusion;
+pub mod image;
 pub mod keyword;
 #[cfg(feature = "memory")]
 pub mod memory_index;
