@@ -16,6 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::data_dir::create_private_dir;
 use crate::indexes::RoomIndexes;
 use crate::schema;
+use crate::snapshot::{self, IndexesResumed, RoomImage};
 use crate::store::{RoomKeywords, RoomVectors};
 use crate::writer::{self, Effects, Job, Sync};
 
@@ -42,6 +43,7 @@ pub struct SqliteStoreBuilder {
     durability: Durability,
     readers: usize,
     busy_timeout: Duration,
+    resume_indexes: bool,
 }
 
 impl Default for SqliteStoreBuilder {
@@ -51,6 +53,7 @@ impl Default for SqliteStoreBuilder {
             durability: Durability::Full,
             readers: 4,
             busy_timeout: Duration::from_secs(5),
+            resume_indexes: false,
         }
     }
 }
@@ -92,6 +95,15 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Reads back the search indexes a store kept at its last clean stop
+    /// ([`SqliteStore::keep_indexes`]), when the database has not changed since (default: off,
+    /// and the kept indexes are discarded). For a process that serves searches; see
+    /// [`crate::snapshot`] for when a kept index is trusted.
+    pub fn resume_indexes(mut self, on: bool) -> Self {
+        self.resume_indexes = on;
+        self
+    }
+
     /// Opens (creating and migrating as needed) the database.
     pub fn open(self) -> Result<SqliteStore> {
         let dir = self.data_dir.clone().ok_or_else(|| {
@@ -122,11 +134,27 @@ impl SqliteStoreBuilder {
                 None,
             ),
         })?;
+        let (rooms, resumed) = snapshot::take(&writer, &dir, self.resume_indexes)?;
         let readers = (0..self.readers).map(|_| self.connect(&path)).collect::<Result<Vec<_>>>()?;
         let caches = Arc::new(Caches::default());
+        for r in rooms {
+            if let Some(k) = r.keywords {
+                caches.keywords.insert_ready(r.room, k);
+            }
+            if let Some(v) = r.vectors {
+                caches.vectors.insert_ready(r.room, v);
+            }
+        }
         let writer = writer::start(writer, self.connect(&path)?, caches.clone(), self.durability)?;
         Ok(SqliteStore {
-            inner: Arc::new(Shared { writer, caches, readers: Mutex::new(readers), path, builder: self }),
+            inner: Arc::new(Shared {
+                writer,
+                caches,
+                readers: Mutex::new(readers),
+                path,
+                builder: self,
+                resumed,
+            }),
         })
     }
 
@@ -178,6 +206,8 @@ pub(crate) struct Shared {
     pub(crate) readers: Mutex<Vec<Connection>>,
     pub(crate) path: PathBuf,
     pub(crate) builder: SqliteStoreBuilder,
+    /// What the open did with the indexes kept at the last clean stop.
+    pub(crate) resumed: IndexesResumed,
 }
 
 /// What the store keeps in memory, kept current by the writer after each commit (in commit
@@ -301,6 +331,67 @@ impl SqliteStore {
                 None,
             )
         })?
+    }
+
+    /// What this store's open did with the search indexes kept at the last clean stop: how many
+    /// rooms it read back, or why a kept snapshot was not used.
+    pub fn resumed_indexes(&self) -> &IndexesResumed {
+        &self.inner.resumed
+    }
+
+    /// Ends the store's writes and keeps its search indexes for the next open that resumes
+    /// them ([`SqliteStoreBuilder::resume_indexes`]), so the first search after a restart does
+    /// not wait for its room to load. Call it last, as the process stops: every write after it
+    /// is refused (retryable: another server takes it). Returns the rooms kept and the file's
+    /// size in bytes.
+    pub async fn keep_indexes(&self) -> Result<(usize, u64)> {
+        let token = snapshot::token()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<Vec<RoomImage>>();
+        let t = token.clone();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        self.inner
+            .writer
+            .send(
+                Job::new(
+                    Sync::Durable,
+                    move |c, fx: &mut Effects| {
+                        snapshot::put_token(c, &t)?;
+                        // After the commit, with every earlier write's changes applied.
+                        fx.then(move |caches| {
+                            let mut rooms: Vec<RoomImage> = caches
+                                .keywords
+                                .ready()
+                                .into_iter()
+                                .map(|(room, k)| RoomImage { room, keywords: Some(k), vectors: None })
+                                .collect();
+                            for (room, v) in caches.vectors.ready() {
+                                match rooms.iter_mut().find(|r| r.room == room) {
+                                    Some(r) => r.vectors = Some(v),
+                                    None => rooms.push(RoomImage { room, keywords: None, vectors: Some(v) }),
+                                }
+                            }
+                            let _ = tx.send(rooms);
+                        });
+                        Ok(())
+                    },
+                    done_tx,
+                )
+                .last(),
+            )
+            .map_err(|_| Error::backend("sqlite", false, "the store's writer thread has stopped", None))?;
+        done_rx.await.map_err(|_| {
+            Error::backend("sqlite", true, "keeping the indexes failed before it was committed", None)
+        })??;
+        let rooms = rx
+            .await
+            .map_err(|_| Error::backend("sqlite", false, "the indexes were not handed over", None))?;
+        let dir = self.inner.path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let n = rooms.len();
+        let bytes =
+            tokio::task::spawn_blocking(move || snapshot::write(&dir, &token, &rooms)).await.map_err(
+                |e| Error::backend("sqlite", false, format!("writing the indexes failed: {e}"), None),
+            )??;
+        Ok((n, bytes))
     }
 
     /// Runs `f` with a reader connection on the blocking pool.

@@ -112,6 +112,22 @@ impl<I: RoomIndex> RoomIndexes<I> {
         }
     }
 
+    /// Every room's loaded index (rooms still loading are left out).
+    pub(crate) fn ready(&self) -> Vec<(RoomId, Arc<I>)> {
+        lock(&self.rooms)
+            .iter()
+            .filter_map(|(room, slot)| match slot {
+                Slot::Ready(ix) => Some((*room, ix.clone())),
+                Slot::Loading { .. } => None,
+            })
+            .collect()
+    }
+
+    /// Holds `ix` as the room's loaded index (read back from a snapshot, before any search).
+    pub(crate) fn insert_ready(&self, room: RoomId, ix: Arc<I>) {
+        lock(&self.rooms).insert(room, Slot::Ready(ix));
+    }
+
     /// Drops the room's index (a purged room). A load in flight is answered but not kept.
     pub(crate) fn forget(&self, room: RoomId) {
         if let Some(Slot::Loading { done, .. }) = lock(&self.rooms).remove(&room) {

@@ -44,10 +44,12 @@ mod data_dir;
 mod db;
 mod indexes;
 mod schema;
+mod snapshot;
 mod store;
 mod writer;
 
 pub use data_dir::{BackupReport, DataDirLock, backup, lock_data_dir};
 pub use db::{DB_FILE, Durability, SqliteStore, SqliteStoreBuilder, default_data_dir};
+pub use snapshot::IndexesResumed;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -66,6 +66,8 @@ impl Effects {
 pub(crate) struct Job {
     pub(crate) sync: Sync,
     pub(crate) run: Run,
+    /// The store's last write (see [`Job::last`]).
+    pub(crate) last: bool,
 }
 
 /// A write that ran: whether it succeeded, its effects, and how to answer its caller (with
@@ -85,6 +87,7 @@ impl Job {
     {
         Job {
             sync,
+            last: false,
             run: Box::new(move |c| match c {
                 Some(c) => {
                     let mut effects = Effects::default();
@@ -116,6 +119,27 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Makes this the store's last write: once it is committed (and its effects applied), the
+    /// writer refuses every later write with a retryable error, so nothing can change the
+    /// database after what this write's effects saw (see [`crate::snapshot`]). Writes queued
+    /// in its batch after it are refused too.
+    pub(crate) fn last(mut self) -> Self {
+        self.last = true;
+        self
+    }
+}
+
+/// The refusal of a write that reaches a store whose last write was committed.
+fn closed() -> Error {
+    Error::backend(
+        "sqlite",
+        true,
+        "the store is shutting down and takes no more writes; retry on the next server",
+        None,
+    )
+}
+
 /// How often the checkpointer copies the WAL into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
@@ -145,7 +169,7 @@ pub(crate) fn start(
     std::thread::Builder::new()
         .name("macp-sqlite-writer".into())
         .spawn(move || {
-            Writer { conn, caches, durability, synced: None }.run(rx);
+            Writer { conn, caches, durability, synced: None, closed: false }.run(rx);
             drop(stop);
         })
         .map_err(spawn_failed)?;
@@ -168,6 +192,8 @@ struct Writer {
     durability: Durability,
     /// The `synchronous` setting last applied to the connection.
     synced: Option<bool>,
+    /// The store's last write was committed: every write from now on is refused.
+    closed: bool,
 }
 
 impl Writer {
@@ -185,6 +211,12 @@ impl Writer {
                     Ok(j) => queue.push_back(j),
                     Err(_) => break,
                 }
+            }
+            if self.closed {
+                for j in queue.drain(..) {
+                    ((j.run)(None).reply)(Some(closed()));
+                }
+                continue;
             }
             let n = queue.len().min(MAX_BATCH);
             let batch: Vec<Job> = queue.drain(..n).collect();
@@ -222,7 +254,9 @@ impl Writer {
         let mut done: Vec<Done> = Vec::with_capacity(batch.len());
         let mut jobs = batch.into_iter();
         let mut aborted: Option<Error> = None;
+        let mut last = false;
         for job in jobs.by_ref() {
+            last = job.last;
             let d = self.run_one(job, single);
             let ok = d.ok;
             done.push(d);
@@ -245,8 +279,12 @@ impl Writer {
                 }
                 return Vec::new();
             }
+            if last && ok {
+                // Nothing after the last write shares its commit.
+                break;
+            }
         }
-        let rest: Vec<Job> = jobs.collect();
+        let mut rest: Vec<Job> = jobs.collect();
         if let Some(e) = aborted {
             for d in done {
                 let failed = if d.ok { Some(copy(&e)) } else { None };
@@ -256,6 +294,12 @@ impl Writer {
         }
         match exec(&self.conn, "COMMIT", []).map(|_| ()) {
             Ok(()) => {
+                if last && done.last().is_some_and(|d| d.ok) {
+                    self.closed = true;
+                    for j in rest.drain(..) {
+                        ((j.run)(None).reply)(Some(closed()));
+                    }
+                }
                 for d in done {
                     if d.ok {
                         for effect in d.effects.0 {

@@ -132,4 +132,14 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
     let kept = macp.search_findings(&me, SearchFindings::new(room, "after 7")).await.unwrap();
     assert!(kept.results.iter().any(|h| h.finding.content == "after 7"));
     assert_eq!(holding_mark(dir.path()), Vec::<String>::new());
+
+    // Kept at a clean stop, the indexes hold nothing of it either, and read back find nothing.
+    store.keep_indexes().await.unwrap();
+    assert!(dir.path().join("indexes.snapshot").exists());
+    assert_eq!(holding_mark(dir.path()), Vec::<String>::new(), "the kept indexes hold erased text");
+    drop(macp);
+    drop(store);
+    let store = Arc::new(SqliteStore::builder().data_dir(dir.path()).resume_indexes(true).open().unwrap());
+    assert_eq!(store.resumed_indexes().rooms, 1, "{:?}", store.resumed_indexes());
+    assert!(store.keyword_search(room, mark, 10).await.unwrap().unwrap().hits.is_empty());
 }

@@ -248,6 +248,13 @@ const WARM_ROOMS: usize = 8;
 /// a restart does not wait for its room to load.
 fn warm_up(store: Option<SqliteStore>) {
     if let Some(store) = store {
+        let resumed = store.resumed_indexes();
+        if resumed.rooms > 0 {
+            tracing::info!(rooms = resumed.rooms, "search indexes kept at the last clean stop read back");
+        }
+        if let Some(why) = &resumed.ignored {
+            tracing::info!(reason = %why, "search indexes kept at the last stop not used; rooms load from the database");
+        }
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             match store.warm_up(WARM_ROOMS).await {
@@ -336,8 +343,16 @@ async fn open(cfg: &Resolved, usage: Use<'_>) -> Result<Opened, String> {
     let mut local_artifacts = None;
     let (vectors, local_store): (Arc<dyn VectorIndex>, _) = match cfg.backend {
         BackendKind::Local => {
-            let store =
-                Arc::new(SqliteStore::builder().data_dir(&cfg.data_dir).open().map_err(|e| e.to_string())?);
+            // A server reads back the indexes its predecessor kept at a clean stop; any other
+            // use of the store discards them (see `SqliteStore::keep_indexes`).
+            let serving = matches!(usage, Use::Serve { .. });
+            let store = Arc::new(
+                SqliteStore::builder()
+                    .data_dir(&cfg.data_dir)
+                    .resume_indexes(serving)
+                    .open()
+                    .map_err(|e| e.to_string())?,
+            );
             if let Use::Serve { public: Some(public) } = usage {
                 let blobs = LocalBlobStore::open(&cfg.data_dir, public).map_err(|e| e.to_string())?;
                 b = b.blob_store(Arc::new(blobs.clone()));
@@ -891,6 +906,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     if serve.stdio {
         // No HTTP server answers local signed URLs here: artifact tools only on AWS (S3 URLs).
         let Opened { macp, local_store, .. } = open(&cfg, Use::Serve { public: None }).await?;
+        let kept = local_store.clone();
         warm_up(local_store);
         let reconciler = macp.start_reconciler(Duration::from_secs(cfg.reconcile_interval));
         // Locally, stdio opens no artifact storage, and a purge must take the room's files too:
@@ -909,6 +925,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         if let Some(p) = purger {
             p.abort();
         }
+        keep_indexes(kept).await;
         return Ok(());
     }
 
@@ -955,6 +972,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let signals = Shutdown::listen()?;
     println!("listening on {url}");
     // After the line above: it is the first thing a supervisor reads.
+    let kept = local_store.clone();
     warm_up(local_store);
     match &cfg.auth {
         None => tracing::info!(
@@ -1007,7 +1025,29 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     }
     drop(reconciler);
     purger.abort();
+    keep_indexes(kept).await;
     Ok(())
+}
+
+/// At a clean stop, after the last request: keeps the search indexes for the next server on
+/// this data directory (see `SqliteStore::keep_indexes`). A failure costs only the next
+/// server's first searches their wait.
+async fn keep_indexes(store: Option<SqliteStore>) {
+    let Some(store) = store else { return };
+    let started = std::time::Instant::now();
+    match store.keep_indexes().await {
+        Ok((rooms, bytes)) => {
+            tracing::info!(
+                rooms,
+                bytes,
+                ms = started.elapsed().as_millis() as u64,
+                "search indexes kept for the next start"
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not keep the search indexes; the next start loads them from the database")
+        }
+    }
 }
 
 /// SIGTERM and SIGINT, listened for from the moment this is created. Created before the

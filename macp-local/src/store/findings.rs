@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use macp_core::model::{Erasure, Event, Finding, IndexStatus, VerdictKind};
 use macp_core::search::VectorRecord;
+use macp_core::search::image::{ImageReader, ImageWriter};
 use macp_core::search::keyword::KeywordIndex;
 use macp_core::store::{FindingQuery, FindingStats, FindingStore, IdempotencyKey, KeywordSearch, Write};
 use macp_core::{AgentId, Error, FindingId, Result, RoomId, Timestamp, UserId};
@@ -411,6 +412,20 @@ pub(crate) enum KeywordOp {
     Add(u64, FindingId, String),
     /// An erased finding.
     Remove(FindingId),
+}
+
+impl RoomKeywords {
+    /// Writes the index and the last finding it holds (see [`crate::snapshot`]).
+    pub(crate) fn write_image(&self, w: &mut ImageWriter) {
+        w.u64(self.last_seq);
+        self.index.write_image(w);
+    }
+
+    /// What [`write_image`](Self::write_image) wrote, or `None` for anything else.
+    pub(crate) fn read_image(r: &mut ImageReader<'_>) -> Option<Self> {
+        let last_seq = r.u64()?;
+        Some(Self { last_seq, index: KeywordIndex::read_image(r)? })
+    }
 }
 
 impl RoomIndex for RoomKeywords {

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use macp_core::search::image::{ImageReader, ImageWriter};
 use macp_core::search::{
     Best, IndexModel, VectorFilter, VectorHit, VectorIndex, VectorRecord, model_mismatch,
 };
@@ -70,6 +71,84 @@ impl RoomIndex for RoomVectors {
 }
 
 impl RoomVectors {
+    /// Writes the room's vectors as they are held (quantised, in segments) for
+    /// [`read_image`](Self::read_image). A removed row (an erased finding) keeps its place but
+    /// is written as zeros: what was erased is never written out again.
+    pub(crate) fn write_image(&self, w: &mut ImageWriter) {
+        let (dim, words) = (self.dim, self.dim.div_ceil(64));
+        w.count(dim);
+        w.count(self.sealed.len() + 1);
+        for rows in self.segments() {
+            w.count(rows.ids.len());
+            let mut codes = Vec::with_capacity(rows.codes.len());
+            let mut signs = Vec::with_capacity(rows.signs.len());
+            for (i, id) in rows.ids.iter().enumerate() {
+                let live = rows.live[i];
+                w.id(*id);
+                w.str(rows.agents[i].as_str());
+                let tags: &[String] = if live { &rows.tags[i] } else { &[] };
+                w.count(tags.len());
+                for t in tags {
+                    w.str(t);
+                }
+                w.u32(if live { rows.scales[i].to_bits() } else { 0 });
+                w.u8(u8::from(live));
+                if live {
+                    codes.extend(rows.codes[i * dim..(i + 1) * dim].iter().map(|c| *c as u8));
+                    signs.extend_from_slice(&rows.signs[i * words..(i + 1) * words]);
+                } else {
+                    codes.resize(codes.len() + dim, 0);
+                    signs.resize(signs.len() + words, 0);
+                }
+            }
+            w.bytes(&codes);
+            w.count(signs.len());
+            for s in &signs {
+                w.u64(*s);
+            }
+        }
+    }
+
+    /// The vectors an image holds, or `None` when it is not one [`write_image`](Self::write_image)
+    /// wrote (short, or rows and codes that do not match the dimension and segment sizes).
+    pub(crate) fn read_image(r: &mut ImageReader<'_>) -> Option<Self> {
+        let dim = r.count(0)?;
+        let words = dim.div_ceil(64);
+        let n = r.count(8)?;
+        let mut segments = Vec::with_capacity(n);
+        for s in 0..n {
+            let count = r.count(16)?;
+            // Every segment but the last is full; the last never is.
+            if (s + 1 < n && count != SEGMENT) || (s + 1 == n && count >= SEGMENT) {
+                return None;
+            }
+            let mut rows = Rows { pos: HashMap::with_capacity(count), ..Default::default() };
+            for i in 0..count {
+                let id = r.id()?;
+                rows.agents.push(AgentId::new(r.str()?).ok()?);
+                let tags = r.count(8)?;
+                rows.tags.push((0..tags).map(|_| r.str().map(str::to_owned)).collect::<Option<Vec<_>>>()?);
+                rows.scales.push(f32::from_bits(r.u32()?));
+                let live = r.u8()? == 1;
+                rows.live.push(live);
+                if live {
+                    rows.pos.insert(id, i as u32);
+                }
+                rows.range = Some(rows.range.map_or((id, id), |(lo, hi)| (lo.min(id), hi.max(id))));
+                rows.ids.push(id);
+            }
+            rows.codes = r.bytes()?.iter().map(|b| *b as i8).collect();
+            let signs = r.count(8)?;
+            rows.signs = (0..signs).map(|_| r.u64()).collect::<Option<Vec<_>>>()?;
+            if rows.codes.len() != count * dim || rows.signs.len() != count * words {
+                return None;
+            }
+            segments.push(Arc::new(rows));
+        }
+        let open = segments.pop()?;
+        Some(Self { dim, sealed: segments, open })
+    }
+
     fn len(&self) -> usize {
         self.sealed.len() * SEGMENT + self.open.ids.len()
     }
