@@ -156,17 +156,40 @@ echo
 echo "RSS with the room's search indexes loaded: $(rss_mb "$pid") MB."
 kill "$pid"; wait "$pid" 2>/dev/null || true
 # Restart on the same data: the time to the first search answer, from the moment the server
-# says it is listening.
-"$M" serve --bind 127.0.0.1:0 --data-dir "$work/big" >"$work/big2.log" 2>&1 & pid=$!; pids+=("$pid")
-for _ in $(seq 1 100); do
-  url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/big2.log" || true); [ -n "$url" ] && break; sleep 0.05
-done
-read -r cps p50 p99 err lost < <(load "$L/search-common.json" 1 1)
-echo "After a restart: the first search answered in $p50 ms; the server loaded the room's indexes in $(python3 -c '
+# says it is listening, and from the moment it was started. The server above was stopped with
+# SIGTERM, so it kept its indexes (SqliteStore::keep_indexes); a SIGKILL keeps nothing, and the
+# server after it loads the room from the database.
+restart() {
+  local t0 t1
+  t0=$(date +%s%N)
+  "$M" serve --bind 127.0.0.1:0 --data-dir "$work/big" >"$work/big2.log" 2>&1 & pid=$!; pids+=("$pid")
+  for _ in $(seq 1 1000); do
+    url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/big2.log" || true); [ -n "$url" ] && break; sleep 0.005
+  done
+  t1=$(date +%s%N)
+  read -r cps p50 p99 err lost < <(load "$L/search-common.json" 1 1)
+  echo "After a restart ($1): listening $(( (t1 - t0) / 1000000 )) ms after the start; the first search answered in $p50 ms after that; $(python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
-    if "search indexes loaded" in l: print(json.loads(l)["fields"]["ms"], "ms"); break
-else: print("(not yet)")' "$work/big2.log") at start; RSS $(rss_mb "$pid") MB."
+    if not l.startswith("{"): continue
+    m = json.loads(l)["fields"]
+    if "read back" in m["message"]: print("indexes kept at the last stop read back before listening"); break
+    if "indexes loaded" in m["message"]: print("indexes loaded from the database in", m["ms"], "ms"); break
+else: print("(indexes not loaded yet)")' "$work/big2.log"); RSS $(rss_mb "$pid") MB."
+  echo
+}
+restart "SIGTERM before: indexes kept"
+kill "$pid"; wait "$pid" 2>/dev/null || true
+echo "Kept at that stop: $(python3 -c '
+import json,sys
+for l in open(sys.argv[1]):
+    if not l.startswith("{"): continue
+    m = json.loads(l)["fields"]
+    if "kept for the next start" in m["message"]: print(m["bytes"] // 1000000, "MB written in", m["ms"], "ms")' "$work/big2.log")."
+echo
+restart "SIGTERM before: indexes kept"
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+restart "SIGKILL before: nothing kept"
 kill "$pid"
 
 if $soak; then

@@ -122,6 +122,8 @@ impl SqliteStoreBuilder {
         })?;
         let path = dir.join(DB_FILE);
         let mut writer = self.connect(&path)?;
+        let version = |c: &Connection| c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let before = version(&writer).map_err(sql_err)?;
         schema::migrate(&mut writer).map_err(|e| match e {
             schema::MigrateError::Sqlite(e) => sql_err(e),
             schema::MigrateError::TooNew { found, supported } => Error::backend(
@@ -134,7 +136,8 @@ impl SqliteStoreBuilder {
                 None,
             ),
         })?;
-        let (rooms, resumed) = snapshot::take(&writer, &dir, self.resume_indexes)?;
+        let migrated = version(&writer).map_err(sql_err)? != before;
+        let (rooms, resumed) = snapshot::take(&writer, &dir, self.resume_indexes, migrated)?;
         let readers = (0..self.readers).map(|_| self.connect(&path)).collect::<Result<Vec<_>>>()?;
         let caches = Arc::new(Caches::default());
         for r in rooms {
@@ -356,21 +359,10 @@ impl SqliteStore {
                     Sync::Durable,
                     move |c, fx: &mut Effects| {
                         snapshot::put_token(c, &t)?;
+                        let marks = snapshot::marks(c)?;
                         // After the commit, with every earlier write's changes applied.
                         fx.then(move |caches| {
-                            let mut rooms: Vec<RoomImage> = caches
-                                .keywords
-                                .ready()
-                                .into_iter()
-                                .map(|(room, k)| RoomImage { room, keywords: Some(k), vectors: None })
-                                .collect();
-                            for (room, v) in caches.vectors.ready() {
-                                match rooms.iter_mut().find(|r| r.room == room) {
-                                    Some(r) => r.vectors = Some(v),
-                                    None => rooms.push(RoomImage { room, keywords: None, vectors: Some(v) }),
-                                }
-                            }
-                            let _ = tx.send(rooms);
+                            let _ = tx.send(snapshot::images(caches, &marks));
                         });
                         Ok(())
                     },

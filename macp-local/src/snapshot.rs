@@ -17,11 +17,17 @@
 //!   equal, reads the file first. Any other process that opened the store meanwhile (a `macp`
 //!   command erasing a finding, an import, a restore of an older database) leaves no token, so
 //!   its changes are never hidden behind an older snapshot.
-//! - The file is bound to this build (its version string) and checksummed; a file that fails
-//!   any check is ignored, and the rooms load from the database as before.
+//! - Each room in the file carries the room's counters as the database had them (highest
+//!   finding and event numbers; an erasure is an event). A room whose counters moved since (a
+//!   `macp` of an older build, which knows nothing of the token, wrote to it), that was
+//!   purged, or whose vectors do not have the index model's dimension, loads from the
+//!   database; so does every room after a schema migration.
+//! - The file is bound to this build's version and [`FORMAT`] and checksummed; a file that
+//!   fails any check is ignored, and the rooms load from the database as before.
 //! - An erased finding's postings and vector are not in the indexes, so not in the file; the
 //!   file exists only while no server runs, readable by the data directory's owner alone.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,8 +35,8 @@ use macp_core::search::image::{ImageReader, ImageWriter};
 use macp_core::{Error, Result, RoomId};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::db::sql_err;
-use crate::store::{RoomKeywords, RoomVectors};
+use crate::db::{Caches, sql_err};
+use crate::store::{RoomKeywords, RoomVectors, read_model};
 
 /// The file in the data directory.
 pub(crate) const FILE: &str = "indexes.snapshot";
@@ -40,14 +46,61 @@ const TOKEN_KEY: &str = "index_snapshot";
 
 const MAGIC: &[u8; 8] = b"MACPIDX1";
 
-/// The build that wrote a snapshot: the image format is private to one build.
-const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/1");
+/// The layout of the file and of the index images in it: bump it with any change to either
+/// (or to how an index is built from findings: tokeniser, quantiser), so no build reads back
+/// what another build wrote differently.
+const FORMAT: u32 = 2;
 
-/// One room's indexes, either of which may be absent (never loaded).
+/// The build that wrote a snapshot.
+const BUILD: &str = env!("CARGO_PKG_VERSION");
+
+/// A room's counters in the database: the highest finding number and the highest event
+/// number. Every change to what a room's indexes hold moves one of them (a post, an erasure).
+type Marks = (u64, u64);
+
+/// One room's indexes, either of which may be absent (never loaded), and the room's counters
+/// when they were kept.
 pub(crate) struct RoomImage {
     pub(crate) room: RoomId,
+    pub(crate) marks: Marks,
     pub(crate) keywords: Option<Arc<RoomKeywords>>,
     pub(crate) vectors: Option<Arc<RoomVectors>>,
+}
+
+/// Every room's counters (inside the last write, so they are those of what the indexes hold).
+pub(crate) fn marks(conn: &Connection) -> Result<HashMap<RoomId, Marks>> {
+    let mut st = conn.prepare("SELECT room_id, last_seq, last_event FROM rooms").map_err(sql_err)?;
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))
+        .map_err(sql_err)?;
+    let mut out = HashMap::new();
+    for row in rows {
+        let (room, seq, event) = row.map_err(sql_err)?;
+        out.insert(room.parse()?, (seq as u64, event as u64));
+    }
+    Ok(out)
+}
+
+/// The loaded indexes of every room the database still has, with its counters (in the last
+/// write's effect: every earlier write's changes are applied).
+pub(crate) fn images(caches: &Caches, marks: &HashMap<RoomId, Marks>) -> Vec<RoomImage> {
+    let mut rooms: Vec<RoomImage> = Vec::new();
+    for (room, k) in caches.keywords.ready() {
+        if let Some(m) = marks.get(&room) {
+            rooms.push(RoomImage { room, marks: *m, keywords: Some(k), vectors: None });
+        }
+    }
+    for (room, v) in caches.vectors.ready() {
+        match rooms.iter_mut().find(|r| r.room == room) {
+            Some(r) => r.vectors = Some(v),
+            None => {
+                if let Some(m) = marks.get(&room) {
+                    rooms.push(RoomImage { room, marks: *m, keywords: None, vectors: Some(v) });
+                }
+            }
+        }
+    }
+    rooms
 }
 
 /// What an open did with a snapshot it found (see [`crate::SqliteStore::resumed_indexes`]).
@@ -69,9 +122,15 @@ fn temp_path(dir: &Path) -> PathBuf {
 }
 
 /// At open, on the writer's connection before any write: takes the token out of the database
-/// and removes the snapshot file, first reading the file back when `resume` is set and its
-/// token is the database's.
-pub(crate) fn take(conn: &Connection, dir: &Path, resume: bool) -> Result<(Vec<RoomImage>, IndexesResumed)> {
+/// and removes the snapshot file, first reading the file back when `resume` is set, no
+/// migration ran (`migrated`) and its token is the database's. Only the token's removal can
+/// fail the open: a file that cannot be read or removed can never match again.
+pub(crate) fn take(
+    conn: &Connection,
+    dir: &Path,
+    resume: bool,
+    migrated: bool,
+) -> Result<(Vec<RoomImage>, IndexesResumed)> {
     let token: Option<String> = conn
         .query_row("SELECT value FROM meta WHERE key = ?1", params![TOKEN_KEY], |r| r.get(0))
         .optional()
@@ -80,38 +139,65 @@ pub(crate) fn take(conn: &Connection, dir: &Path, resume: bool) -> Result<(Vec<R
         conn.execute("DELETE FROM meta WHERE key = ?1", params![TOKEN_KEY]).map_err(sql_err)?;
     }
     let file = path(dir);
-    let bytes = match std::fs::read(&file) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_err(&format!("cannot read {}", file.display()), e)),
-    };
-    for p in [file.clone(), temp_path(dir)] {
-        match std::fs::remove_file(&p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io_err(&format!("cannot remove {}", p.display()), e));
-            }
-            _ => {}
-        }
-    }
     let mut report = IndexesResumed::default();
-    let Some(bytes) = bytes else { return Ok((Vec::new(), report)) };
-    let read = match (resume, token) {
-        (false, _) => Err("this process does not resume indexes".to_owned()),
-        (true, None) => {
-            Err("the database changed after the snapshot was taken (opened by another process)".into())
+    let there = file.exists();
+    let bytes = match (there, resume, &token, migrated) {
+        (false, ..) => None,
+        (true, false, ..) => {
+            report.ignored = Some("this process does not resume indexes".into());
+            None
         }
-        (true, Some(t)) => decode(&bytes, &t),
+        (true, true, None, _) => {
+            report.ignored =
+                Some("the database changed after the snapshot was taken (opened by another process)".into());
+            None
+        }
+        (true, true, Some(_), true) => {
+            report.ignored = Some("the database was migrated to a new schema".into());
+            None
+        }
+        (true, true, Some(_), false) => match std::fs::read(&file) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                report.ignored = Some(format!("cannot read {}: {e}", file.display()));
+                None
+            }
+        },
     };
-    match read {
-        Ok(rooms) => {
-            report.rooms = rooms.len();
-            Ok((rooms, report))
-        }
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(temp_path(dir));
+    let (Some(bytes), Some(token)) = (bytes, token) else { return Ok((Vec::new(), report)) };
+    let rooms = match decode(&bytes, &token) {
+        Ok(rooms) => rooms,
         Err(why) => {
             report.ignored = Some(why);
-            Ok((Vec::new(), report))
+            return Ok((Vec::new(), report));
+        }
+    };
+    // Each room against the database as it is now.
+    let now = marks(conn)?;
+    let dim = read_model(conn)?.map(|m| m.dimension);
+    let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+    for r in rooms {
+        match r {
+            Ok(img) => {
+                let same = now.get(&img.room) == Some(&img.marks);
+                let fits = img.vectors.as_ref().is_none_or(|v| v.dim() == 0 || Some(v.dim()) == dim);
+                if same && fits { kept.push(img) } else { dropped.push(img.room.to_string()) }
+            }
+            Err(room) => dropped.push(room),
         }
     }
+    report.rooms = kept.len();
+    if !dropped.is_empty() {
+        report.ignored = Some(format!(
+            "{} of {} rooms changed since the snapshot was taken, or are damaged in it ({}); they load from the database",
+            dropped.len(),
+            dropped.len() + kept.len(),
+            dropped.join(", ")
+        ));
+    }
+    Ok((kept, report))
 }
 
 /// A fresh token for a snapshot.
@@ -138,6 +224,8 @@ pub(crate) fn write(dir: &Path, token: &str, rooms: &[RoomImage]) -> Result<u64>
     // be read back on two threads.
     for r in rooms {
         body.str(&r.room.to_string());
+        body.u64(r.marks.0);
+        body.u64(r.marks.1);
         let mut k = ImageWriter::new();
         if let Some(ix) = &r.keywords {
             ix.write_image(&mut k);
@@ -151,6 +239,7 @@ pub(crate) fn write(dir: &Path, token: &str, rooms: &[RoomImage]) -> Result<u64>
     }
     let body = body.into_bytes();
     let mut head = ImageWriter::new();
+    head.u32(FORMAT);
     head.str(BUILD);
     head.str(token);
     head.u64(checksum(&body));
@@ -179,13 +268,21 @@ pub(crate) fn write(dir: &Path, token: &str, rooms: &[RoomImage]) -> Result<u64>
     Ok((MAGIC.len() + head.len() + body.len()) as u64)
 }
 
-fn decode(bytes: &[u8], token: &str) -> std::result::Result<Vec<RoomImage>, String> {
+/// The rooms of a snapshot, each read back or (`Err`, naming the room) damaged; `Err` for the
+/// whole file when it is not this build's snapshot for `token`, or fails its checksum.
+fn decode(
+    bytes: &[u8],
+    token: &str,
+) -> std::result::Result<Vec<std::result::Result<RoomImage, String>>, String> {
     let Some(rest) = bytes.strip_prefix(MAGIC) else { return Err("not an index snapshot".into()) };
     let mut r = ImageReader::new(rest);
     let damaged = || "the snapshot is damaged".to_owned();
+    let format = r.u32().ok_or_else(damaged)?;
     let build = r.str().ok_or_else(damaged)?;
-    if build != BUILD {
-        return Err(format!("written by another build ({build}, this is {BUILD})"));
+    if format != FORMAT || build != BUILD {
+        return Err(format!(
+            "written by another build ({build}, format {format}; this is {BUILD}, format {FORMAT})"
+        ));
     }
     if r.str().ok_or_else(damaged)? != token {
         return Err("the database changed after the snapshot was taken".into());
@@ -199,14 +296,22 @@ fn decode(bytes: &[u8], token: &str) -> std::result::Result<Vec<RoomImage>, Stri
     let mut rooms = Vec::with_capacity(n);
     for _ in 0..n {
         let room: RoomId = r.str().and_then(|s| s.parse().ok()).ok_or_else(damaged)?;
+        let marks = (r.u64().ok_or_else(damaged)?, r.u64().ok_or_else(damaged)?);
         let (k, v) = (r.bytes().ok_or_else(damaged)?, r.bytes().ok_or_else(damaged)?);
         // The vectors on a second thread while this one reads the keywords.
         let (keywords, vectors) = std::thread::scope(|s| {
             let vectors = s.spawn(|| whole(v, RoomVectors::read_image));
             (whole(k, RoomKeywords::read_image), vectors.join().unwrap_or(None))
         });
-        let (keywords, vectors) = (keywords.ok_or_else(damaged)?, vectors.ok_or_else(damaged)?);
-        rooms.push(RoomImage { room, keywords: keywords.map(Arc::new), vectors: vectors.map(Arc::new) });
+        rooms.push(match (keywords, vectors) {
+            (Some(keywords), Some(vectors)) => Ok(RoomImage {
+                room,
+                marks,
+                keywords: keywords.map(Arc::new),
+                vectors: vectors.map(Arc::new),
+            }),
+            _ => Err(room.to_string()),
+        });
     }
     if !r.is_empty() {
         return Err(damaged());

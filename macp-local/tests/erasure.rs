@@ -100,6 +100,11 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
     // The test can fail: the mark is on disk now.
     assert!(!holding_mark(dir.path()).is_empty(), "the mark should be on disk before the erasure");
 
+    // Load both search indexes while they hold the mark, so the erasure must take it out of them.
+    let before =
+        macp.search_findings(&me, SearchFindings::new(room, format!("customer {mark}"))).await.unwrap();
+    assert!(before.results.iter().any(|h| h.finding.finding_id == short.finding_id));
+
     for f in [short.finding_id, long.finding_id] {
         macp.erase(&me, Erase::finding(room, agent.clone(), f, "customer data")).await.unwrap();
     }
@@ -109,7 +114,7 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
 
     assert_eq!(holding_mark(dir.path()), Vec::<String>::new(), "erased bytes are still on disk");
     assert!(blobs.head(&key).await.unwrap().is_none());
-    // Searched while the indexes are loaded (they were, by the posts): neither comes back.
+    // Searched while the indexes are loaded: neither comes back.
     let found = macp
         .search_findings(&me, SearchFindings::new(room, format!("customer {mark} session dump")))
         .await
@@ -121,10 +126,17 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
         assert!(store.keyword_search(room, mark, 10).await.unwrap().unwrap().hits.is_empty());
     }
 
-    // After a restart: indexes loaded from the file hold nothing of it, the rest is intact.
+    // Kept at a clean stop (the indexes were loaded before the erasure, and it took the
+    // finding out of them), the kept file holds nothing of it either.
+    store.keep_indexes().await.unwrap();
+    assert!(dir.path().join("indexes.snapshot").exists());
+    assert_eq!(holding_mark(dir.path()), Vec::<String>::new(), "the kept indexes hold erased text");
+
+    // After a restart: the indexes read back hold nothing of it, the rest is intact.
     drop(macp);
     drop(store);
-    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let store = Arc::new(SqliteStore::builder().data_dir(dir.path()).resume_indexes(true).open().unwrap());
+    assert_eq!(store.resumed_indexes().rooms, 1, "{:?}", store.resumed_indexes());
     let macp = service(store.clone(), LocalBlobStore::open(dir.path(), "http://127.0.0.1:1").unwrap());
     use macp_core::store::FindingStore;
     let hits = store.keyword_search(room, mark, 10).await.unwrap().unwrap();
@@ -132,14 +144,4 @@ async fn erased_text_is_in_no_file_of_the_data_directory() {
     let kept = macp.search_findings(&me, SearchFindings::new(room, "after 7")).await.unwrap();
     assert!(kept.results.iter().any(|h| h.finding.content == "after 7"));
     assert_eq!(holding_mark(dir.path()), Vec::<String>::new());
-
-    // Kept at a clean stop, the indexes hold nothing of it either, and read back find nothing.
-    store.keep_indexes().await.unwrap();
-    assert!(dir.path().join("indexes.snapshot").exists());
-    assert_eq!(holding_mark(dir.path()), Vec::<String>::new(), "the kept indexes hold erased text");
-    drop(macp);
-    drop(store);
-    let store = Arc::new(SqliteStore::builder().data_dir(dir.path()).resume_indexes(true).open().unwrap());
-    assert_eq!(store.resumed_indexes().rooms, 1, "{:?}", store.resumed_indexes());
-    assert!(store.keyword_search(room, mark, 10).await.unwrap().unwrap().hits.is_empty());
 }

@@ -197,11 +197,16 @@ impl KeywordIndex {
             let count = r.count(16)?;
             let ids = (0..count).map(|_| r.id()).collect::<Option<Vec<_>>>()?;
             let lens = r.u32s()?;
-            // Every segment but an empty open one starts where the one before it ended.
-            if lens.len() != count || (count > 0 && base != next) {
+            // Every sealed segment holds findings and starts where the one before it ended; the
+            // open one may be empty (just after a segment was sealed), and then its base is
+            // not used.
+            let sealed = segments.len() + 1 < n;
+            if lens.len() != count || (sealed && count == 0) || (count > 0 && base != next) {
                 return None;
             }
-            next = base + count;
+            if count > 0 {
+                next = base + count;
+            }
             let terms = r.count(16)?;
             let mut postings = HashMap::with_capacity(terms);
             for _ in 0..terms {

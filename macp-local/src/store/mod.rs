@@ -17,7 +17,7 @@ use crate::db::SqliteStore;
 
 pub(crate) use events::append_event;
 pub(crate) use findings::RoomKeywords;
-pub(crate) use search::RoomVectors;
+pub(crate) use search::{RoomVectors, read_model};
 
 impl Store for SqliteStore {
     fn name(&self) -> &'static str {

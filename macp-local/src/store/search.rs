@@ -76,7 +76,7 @@ impl RoomVectors {
     /// is written as zeros: what was erased is never written out again.
     pub(crate) fn write_image(&self, w: &mut ImageWriter) {
         let (dim, words) = (self.dim, self.dim.div_ceil(64));
-        w.count(dim);
+        w.u64(dim as u64);
         w.count(self.sealed.len() + 1);
         for rows in self.segments() {
             w.count(rows.ids.len());
@@ -112,7 +112,8 @@ impl RoomVectors {
     /// The vectors an image holds, or `None` when it is not one [`write_image`](Self::write_image)
     /// wrote (short, or rows and codes that do not match the dimension and segment sizes).
     pub(crate) fn read_image(r: &mut ImageReader<'_>) -> Option<Self> {
-        let dim = r.count(0)?;
+        // Any model's dimension is far below this; a larger one is damage.
+        let dim = usize::try_from(r.u64()?).ok().filter(|d| *d <= 65_536)?;
         let words = dim.div_ceil(64);
         let n = r.count(8)?;
         let mut segments = Vec::with_capacity(n);
@@ -151,6 +152,11 @@ impl RoomVectors {
 
     fn len(&self) -> usize {
         self.sealed.len() * SEGMENT + self.open.ids.len()
+    }
+
+    /// The dimension its rows have (0 before the first).
+    pub(crate) fn dim(&self) -> usize {
+        self.dim
     }
 
     fn segments(&self) -> impl Iterator<Item = &Rows> {
@@ -437,7 +443,7 @@ fn from_blob(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-fn read_model(c: &rusqlite::Connection) -> Result<Option<IndexModel>> {
+pub(crate) fn read_model(c: &rusqlite::Connection) -> Result<Option<IndexModel>> {
     let get = |k: &str| -> Result<Option<String>> {
         row(c, "SELECT value FROM meta WHERE key = ?", params![k], |r| r.get(0)).optional().map_err(sql_err)
     };
