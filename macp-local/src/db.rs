@@ -97,8 +97,9 @@ impl SqliteStoreBuilder {
 
     /// Reads back the search indexes a store kept at its last clean stop
     /// ([`SqliteStore::keep_indexes`]), when the database has not changed since (default: off,
-    /// and the kept indexes are discarded). For a process that serves searches; see
-    /// [`crate::snapshot`] for when a kept index is trusted.
+    /// and the kept indexes are discarded). For a process that serves searches. A kept index is
+    /// used only if no other process opened the database since, and only for the rooms whose
+    /// finding and event counters have not moved; see OPERATIONS.md.
     pub fn resume_indexes(mut self, on: bool) -> Self {
         self.resume_indexes = on;
         self
