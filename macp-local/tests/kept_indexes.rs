@@ -90,6 +90,19 @@ async fn rebuilt(dir: &Path, me: &Principal, room: RoomId) -> Vec<Vec<String>> {
     answers(&service(open(dir, false)), me, room).await
 }
 
+/// A store that kept the indexes of one room of findings and was dropped: the directory, the
+/// room and the room's answers before the stop.
+async fn kept_room() -> (tempfile::TempDir, Principal, RoomId, Vec<Vec<String>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let me = Principal::new("ana").unwrap();
+    let store = open(dir.path(), true);
+    let macp = service(store.clone());
+    let (room, _) = room_with_findings(&macp, &me).await;
+    let before = answers(&macp, &me, room).await;
+    store.keep_indexes().await.unwrap();
+    (dir, me, room, before)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn indexes_kept_at_a_clean_stop_search_as_before_after_the_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -124,15 +137,7 @@ async fn indexes_kept_at_a_clean_stop_search_as_before_after_the_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_is_never_used_once_another_open_may_have_changed_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let me = Principal::new("ana").unwrap();
-    let store = open(dir.path(), true);
-    let macp = service(store.clone());
-    let (room, _) = room_with_findings(&macp, &me).await;
-    let before = answers(&macp, &me, room).await;
-    store.keep_indexes().await.unwrap();
-    drop(macp);
-    drop(store);
+    let (dir, me, room, before) = kept_room().await;
     let first = std::fs::read(dir.path().join(SNAPSHOT)).unwrap();
 
     // A process that does not resume (a `macp` command) drops it.
@@ -162,15 +167,7 @@ async fn a_snapshot_is_never_used_once_another_open_may_have_changed_the_databas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_snapshot_is_ignored_and_the_rooms_load_from_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let me = Principal::new("ana").unwrap();
-    let store = open(dir.path(), true);
-    let macp = service(store.clone());
-    let (room, _) = room_with_findings(&macp, &me).await;
-    let before = answers(&macp, &me, room).await;
-    store.keep_indexes().await.unwrap();
-    drop(macp);
-    drop(store);
+    let (dir, me, room, before) = kept_room().await;
     let path = dir.path().join(SNAPSHOT);
     let mut bytes = std::fs::read(&path).unwrap();
     let at = bytes.len() / 2;
