@@ -143,8 +143,8 @@ impl RoomStore for MemoryStore {
             s.read_positions.insert((r, p.agent_id.clone()), p.seq);
         }
         let mut keywords = KeywordIndex::default();
-        for f in record.findings.iter().filter(|f| f.erased.is_none()) {
-            keywords.add(f.finding_id, &f.content);
+        for f in &record.findings {
+            keywords.add_stored(f.finding_id, &f.content, f.erased.is_some());
         }
         s.keywords.insert(r, keywords);
         s.findings.insert(r, record.findings.clone());

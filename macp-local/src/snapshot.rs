@@ -84,23 +84,16 @@ pub(crate) fn marks(conn: &Connection) -> Result<HashMap<RoomId, Marks>> {
 /// The loaded indexes of every room the database still has, with its counters (in the last
 /// write's effect: every earlier write's changes are applied).
 pub(crate) fn images(caches: &Caches, marks: &HashMap<RoomId, Marks>) -> Vec<RoomImage> {
-    let mut rooms: Vec<RoomImage> = Vec::new();
-    for (room, k) in caches.keywords.ready() {
-        if let Some(m) = marks.get(&room) {
-            rooms.push(RoomImage { room, marks: *m, keywords: Some(k), vectors: None });
-        }
+    let mut rooms: HashMap<RoomId, RoomImage> = HashMap::new();
+    let keywords = caches.keywords.ready().into_iter().map(|(room, k)| (room, Some(k), None));
+    let vectors = caches.vectors.ready().into_iter().map(|(room, v)| (room, None, Some(v)));
+    for (room, k, v) in keywords.chain(vectors) {
+        let Some(&marks) = marks.get(&room) else { continue };
+        let r = rooms.entry(room).or_insert(RoomImage { room, marks, keywords: None, vectors: None });
+        r.keywords = r.keywords.take().or(k);
+        r.vectors = r.vectors.take().or(v);
     }
-    for (room, v) in caches.vectors.ready() {
-        match rooms.iter_mut().find(|r| r.room == room) {
-            Some(r) => r.vectors = Some(v),
-            None => {
-                if let Some(m) = marks.get(&room) {
-                    rooms.push(RoomImage { room, marks: *m, keywords: None, vectors: Some(v) });
-                }
-            }
-        }
-    }
-    rooms
+    rooms.into_values().collect()
 }
 
 /// What an open did with a snapshot it found (see [`crate::SqliteStore::resumed_indexes`]).

@@ -385,10 +385,7 @@ impl FindingStore for AwsBackend {
         if !fresh.is_empty() || stamp != built_at {
             let ix = Arc::make_mut(&mut index);
             for f in &fresh {
-                // An erased finding's notice is not searched.
-                if f.erased.is_none() {
-                    ix.add(f.finding_id, &f.content);
-                }
+                ix.add_stored(f.finding_id, &f.content, f.erased.is_some());
                 last = f.seq;
             }
             let mut cache = self.keywords.lock().unwrap_or_else(|p| p.into_inner());

@@ -136,6 +136,14 @@ impl KeywordIndex {
         }
     }
 
+    /// Indexes a stored finding, as an index built from the store must: an erased finding's
+    /// notice is not searched, and the finding counts as one of no words, which is what
+    /// [`remove`](Self::remove) leaves of it. So an index built after an erasure scores exactly
+    /// as one that was there when it happened (every backend builds its indexes through this).
+    pub fn add_stored(&mut self, id: FindingId, content: &str, erased: bool) {
+        self.add(id, if erased { "" } else { content });
+    }
+
     /// Takes an erased finding out: its terms no longer match, and it counts as an empty
     /// finding in the statistics (its number stays taken). Returns whether it was indexed.
     pub fn remove(&mut self, id: FindingId) -> bool {
@@ -419,6 +427,27 @@ mod segment_tests {
         // The later add is in the original only.
         assert_eq!(ix.search("zebra", 10).hits.iter().map(|h| h.finding_id).collect::<Vec<_>>(), [later]);
         assert!(snapshot.search("zebra", 10).hits.is_empty());
+    }
+
+    /// A finding erased before the index was built counts as one erased after it was: same
+    /// scores, same ideal, for every query.
+    #[test]
+    fn an_index_built_after_an_erasure_scores_as_one_that_saw_it() {
+        let texts = ["orders-db pool exhausted", "orders-db timeout", "cache cold", "orders-db pool 502"];
+        let ids: Vec<FindingId> = texts.iter().map(|_| FindingId::generate()).collect();
+        let (mut saw, mut built) = (KeywordIndex::new(), KeywordIndex::new());
+        for (i, t) in texts.iter().enumerate() {
+            saw.add(ids[i], t);
+            built.add_stored(ids[i], t, i == 1);
+        }
+        saw.remove(ids[1]);
+        for q in ["orders-db", "timeout", "pool 502", "cache"] {
+            let (a, b) = (saw.search(q, 10), built.search(q, 10));
+            assert_eq!(a.ideal, b.ideal, "{q}");
+            let hits = |r: &KeywordSearch| r.hits.iter().map(|h| (h.finding_id, h.score)).collect::<Vec<_>>();
+            assert_eq!(hits(&a), hits(&b), "{q}");
+        }
+        assert!(built.search("timeout", 10).hits.is_empty());
     }
 
     /// An index read back from its image answers every query as the original did, takes an

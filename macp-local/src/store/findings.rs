@@ -471,11 +471,8 @@ impl SqliteStore {
                 let id: FindingId =
                     parse(r.get_ref(1).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?)?;
                 let content = r.get_ref(2).map_err(sql_err)?.as_str().map_err(|e| sql_err(e.into()))?;
-                // An erased finding's notice is not searched: it is a finding of no words, as
-                // an erasure leaves it in a loaded index, so a rebuilt index and one kept
-                // across a restart score alike.
                 let erased = r.get::<_, bool>(3).map_err(sql_err)?;
-                ix.index.add(id, if erased { "" } else { content });
+                ix.index.add_stored(id, content, erased);
                 ix.last_seq = seq;
             }
             Ok(ix)
