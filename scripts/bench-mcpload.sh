@@ -74,7 +74,12 @@ W="$mcpload_dir/workloads"
 L=benches/mcpload
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+cleanup() {
+  # Wait for each stopped server: on SIGTERM it writes its kept indexes into $work.
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 # start NAME [args]: a fresh server on a free port; sets $url and $pid.
@@ -127,12 +132,12 @@ for c in 1 8; do
   start "post$c"
   read -r cps p50 p99 err lost < <(load "$W/macp-post-finding.json" "$c" $((c == 1 ? 4000 : 16000)))
   row "\`post_finding\` (durable, indexed inline)" "$c" "$cps" "$p50" "$p99" "$err / $lost"
-  kill "$pid"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
 done
 start summary
 read -r cps p50 p99 err lost < <(load "$W/macp-room-summary.json" 1 4000)
 row "\`get_room_summary\`" 1 "$cps" "$p50" "$p99" "$err / $lost"
-kill "$pid"
+kill "$pid"; wait "$pid" 2>/dev/null || true
 
 echo
 echo "### One room of 100,000 findings"
@@ -190,7 +195,7 @@ echo
 restart "SIGTERM before: indexes kept"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 restart "SIGKILL before: nothing kept"
-kill "$pid"
+kill "$pid"; wait "$pid" 2>/dev/null || true
 
 if $soak; then
   echo

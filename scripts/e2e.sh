@@ -12,7 +12,10 @@ node22="$node_dir/node_modules/.bin/node"
 work=$(mktemp -d)
 pids=()
 cleanup() {
+  # A server stopped by SIGTERM keeps its search indexes on the way out: wait for it, or the
+  # removal below races the file it is writing ("Directory not empty").
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT

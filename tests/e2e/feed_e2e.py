@@ -175,6 +175,7 @@ async def main() -> None:
             await the_loop_sees_everything(url, rooms[3])
         finally:
             proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":
