@@ -165,20 +165,8 @@ impl Redactor {
                 *found.0.entry(p.kind.clone()).or_default() += n as u32;
             }
         }
-        let jwk = public.contains("\"kty\"");
-        let mut ctx = Ctx { off: &self.off, found, jwk };
-        let keys = private_keys(&public, &mut ctx);
-        // Certificates and public keys are published on purpose: their lines are not read as
-        // secrets (a line of a public key can look like one).
-        let mut out = String::with_capacity(keys.len());
-        let mut at = 0;
-        for (start, end) in public_blocks(&keys) {
-            out.push_str(&redact_secrets_with(&keys[at..start], &mut ctx));
-            out.push_str(&keys[start..end]);
-            at = end;
-        }
-        out.push_str(&redact_secrets_with(&keys[at..], &mut ctx));
-        out
+        let mut ctx = Ctx::new(&self.off, found, &public, false);
+        redact_all(&public, &mut ctx)
     }
 
     /// [`Self::text`] in place.
@@ -398,9 +386,28 @@ struct Ctx<'a> {
     found: &'a mut Redactions,
     /// The text holds a JSON Web Key (`"kty"`), whose private members have one-letter names.
     jwk: bool,
+    /// The text is a Kubernetes ConfigMap (see [`Ctx::new`]).
+    configmap: bool,
+    /// Reading text decoded from base64 inside another: not decoded again.
+    nested: bool,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(off: &'a BTreeSet<String>, found: &'a mut Redactions, text: &str, nested: bool) -> Self {
+        let jwk = text.contains("\"kty\"");
+        // A Kubernetes ConfigMap is not where secrets go, and its `binaryData` is base64 of any
+        // bytes: a 40-character piece of it is not taken for an AWS secret key by shape alone.
+        let configmap = (text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
+            && !text.contains("kind: Secret");
+        Ctx { off, found, jwk, configmap, nested }
+    }
+
+    /// The kind of secret `w` is by its shape alone, no key naming it ([`secret_kind`]), but
+    /// not the AWS secret key's bare shape in a ConfigMap.
+    fn alone(&self, w: &str) -> Option<&'static str> {
+        secret_kind(w).filter(|k| !(self.configmap && *k == "aws-secret-key"))
+    }
+
     /// `[redacted:<kind>]` counted, or `original` when the kind is off.
     fn mask(&mut self, kind: &str, original: &str) -> String {
         if self.off.contains(kind) {
@@ -409,6 +416,23 @@ impl Ctx<'_> {
         self.found.add(kind);
         format!("[redacted:{kind}]")
     }
+}
+
+/// `text` with its secrets replaced: PEM private keys whole, then every word outside the
+/// public blocks.
+fn redact_all(text: &str, ctx: &mut Ctx<'_>) -> String {
+    let keys = private_keys(text, ctx);
+    // Certificates and public keys are published on purpose: their lines are not read as
+    // secrets (a line of a public key can look like one).
+    let mut out = String::with_capacity(keys.len());
+    let mut at = 0;
+    for (start, end) in public_blocks(&keys) {
+        out.push_str(&redact_secrets_with(&keys[at..start], ctx));
+        out.push_str(&keys[start..end]);
+        at = end;
+    }
+    out.push_str(&redact_secrets_with(&keys[at..], ctx));
+    out
 }
 
 const OPEN: &str = "<private>";
@@ -583,6 +607,10 @@ const SECRET_KEYS: &[&str] = &[
     "recovery_key",
     "write_key",
     "server_key",
+    // SNMP's shared secret (`snmp-server community …`, snmpd's `rocommunity …`).
+    "community",
+    "rocommunity",
+    "rwcommunity",
     // Glued forms (`authtoken`, `AccessToken`) of names that end in a secret's.
     "auth_token",
     "access_token",
@@ -659,8 +687,25 @@ fn suffix_at(k: &[u8], n: &[u8]) -> Option<usize> {
 fn is_secret_key(key: &str) -> bool {
     // `\"` too: JSON inside a JSON string (`"{\"password\":\"…\"}"`).
     let k = key.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '{' | '[' | '(' | ',' | '\\'));
-    !k.is_empty() && named(k, SECRET_KEYS)
+    !k.is_empty() && named(k, SECRET_KEYS) && !named(k, NOT_SECRET_TOKENS)
 }
+
+/// Tokens that are not credentials: an API's pagination cursor (`next_page_token`,
+/// `NextToken`, `continuationToken`), a sync position, an idempotency key. They look random
+/// and are handed out to anyone who asks. (Vault's `client_token` is a credential.)
+const NOT_SECRET_TOKENS: &[&str] = &[
+    "page_token",
+    "next_token",
+    "continuation_token",
+    "pagination_token",
+    "sync_token",
+    "resume_token",
+    "cursor_token",
+    "idempotency_token",
+    "idempotency_key",
+    "cancellation_token",
+    "change_token",
+];
 
 /// Looks like a credential rather than a word: six characters or more, with a digit or both
 /// cases, and not a reference to one.
@@ -704,7 +749,10 @@ fn password_like(w: &str) -> bool {
     let pair = w.split_once('=').is_some_and(|(k, _)| {
         k.len() >= 2 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
     });
+    // Not a time (`2024-06-12T02:10:00+00:00`).
+    let date = w.len() >= 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[..4].iter().all(u8::is_ascii_digit);
     (8..=64).contains(&w.len())
+        && !date
         && symbol
         && letters
         && (digit || cases)
@@ -722,6 +770,23 @@ fn strong_credential(w: &str) -> bool {
         && w.chars().any(|c| c.is_ascii_digit())
         && !w.contains("://")
         && !placeholder(w)
+        // A name led by a number (`1Password`, `7Zip`): people put the digits of a password
+        // last.
+        && !camel_words(w.trim_start_matches(|c: char| c.is_ascii_digit()))
+        && !product_name(w)
+}
+
+/// Capitalised words around a short number (`Redis2Go`, `Win10Pro`): a product's name, where
+/// a password's letters are cased at random (`Tr0ub4dor`, `YnKbDYIpV1SL…`).
+fn product_name(w: &str) -> bool {
+    let mut words = 0;
+    let numbers_short = w.split(|c: char| !c.is_ascii_digit()).all(|n| n.len() <= 2);
+    let capitalised = w.split(|c: char| c.is_ascii_digit()).filter(|p| !p.is_empty()).all(|p| {
+        words += 1;
+        let b = p.as_bytes();
+        b.len() >= 2 && b[0].is_ascii_uppercase() && b[1..].iter().all(u8::is_ascii_lowercase)
+    });
+    numbers_short && capitalised && words >= 2
 }
 
 /// A reference to a secret or a stand-in for one, not the secret: `${VAR}`, `$(cmd)`, `<token>`,
@@ -733,7 +798,8 @@ fn placeholder(w: &str) -> bool {
     let starts = |p: &str| w.len() >= p.len() && w.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes());
     w.is_empty()
         || w == "*"
-        || w.starts_with('$')
+        // A password hash (`$apr1$…`) is not a variable.
+        || (w.starts_with('$') && !crypt_hash(w))
         || w.starts_with("{{")
         // The rest of a template (`{{ .Data.data.password }}@host`).
         || w.starts_with("}}")
@@ -755,7 +821,8 @@ fn placeholder(w: &str) -> bool {
         || w.starts_with("#{")
         || w.starts_with("%%")
         || w.starts_with('!')
-        || w.starts_with('+')
+        // A diff's added line, a phone number; not a key whose base64 starts with `+`.
+        || (w.starts_with('+') && !key_material(w))
         || w.contains("••")
         || w.contains("***")
         || w.contains("/secrets/")
@@ -1115,6 +1182,85 @@ fn uuid(s: &str) -> bool {
             .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
 }
 
+/// A password hash in crypt's format (`$apr1$salt$hash` from `htpasswd`, `$2y$05$…` bcrypt,
+/// `$6$…` in `/etc/shadow`, `$argon2id$v=19$…`) or Django's (`pbkdf2_sha256$600000$salt$hash`):
+/// it is cracked offline, so it goes as a password does. A shell's `$A$B` has no long last
+/// part, a template's `${X}` no `$` after its name.
+fn crypt_hash(w: &str) -> bool {
+    if w.len() < 20 || w.len() > 200 {
+        return false;
+    }
+    let (scheme, rest) = match w.strip_prefix('$') {
+        Some(r) => r.split_once('$').unwrap_or((r, "")),
+        None => w.split_once('$').unwrap_or((w, "")),
+    };
+    let django =
+        ["pbkdf2_", "argon2", "bcrypt", "scrypt", "sha1", "md5"].iter().any(|p| scheme.starts_with(p));
+    let scheme_ok = (1..=16).contains(&scheme.len())
+        && scheme.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && (w.starts_with('$') || django);
+    let hash = rest.rsplit('$').next().unwrap_or("");
+    scheme_ok
+        && hash.len() >= 16
+        && hash.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'/' | b'+' | b'='))
+        && hash.bytes().any(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+}
+
+/// Names of keys that hold key material whatever else they name (`storage_key`, an
+/// `"encryption": {"key": …}`, `signing.key`), but whose value is only taken when it looks like
+/// key material ([`key_material`]): a `key` is as often a name, a path or an id. A public key
+/// is published.
+fn key_material_name(key: &str) -> bool {
+    let k = key.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    named(k, &["key"])
+        && !k.bytes().any(|b| b == b' ')
+        && !named(k, &["public_key", "pub_key", "host_key"])
+        && !named(k, NOT_SECRET_TOKENS)
+}
+
+/// Random bytes written out as a key is: base64 of sixteen bytes or more (padded, or long),
+/// with both cases and a digit. Not hex: under a name that only ends with `key` that is as
+/// often a digest or an id (`dedup_key`, `cache_key`).
+fn key_material(v: &str) -> bool {
+    v.len() >= 22
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        && !v.trim_end_matches('=').contains('=')
+        && (v.ends_with('=') || v.len() >= 32)
+        && v.bytes().any(|b| b.is_ascii_uppercase())
+        && v.bytes().any(|b| b.is_ascii_lowercase())
+        && v.bytes().any(|b| b.is_ascii_digit())
+        && !dummy(v)
+}
+
+/// Base64 that decodes to text holding a secret (a Kubernetes Secret's `data`, a Docker
+/// config's `.dockerconfigjson`, a connection string kept encoded): the kind found in it.
+/// Hashes, ids and binary decode to nothing readable and are passed by; text decoded once is
+/// not decoded again.
+fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
+    use base64::Engine;
+    const PAD_ANY: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    if ctx.nested
+        || !(16..=16_384).contains(&w.len())
+        || !w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return None;
+    }
+    let plain = PAD_ANY.decode(w).ok()?;
+    let text = String::from_utf8(plain).ok()?;
+    if text.len() < 12 || text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace()) {
+        return None;
+    }
+    let mut scratch = Redactions::default();
+    let mut inner = Ctx::new(ctx.off, &mut scratch, &text, true);
+    redact_all(&text, &mut inner);
+    let kind = scratch.0.keys().next()?;
+    Some(KINDS.iter().find(|k| *k == kind).copied().unwrap_or("secret"))
+}
+
 /// An AWS secret access key on its own: 40 characters of base64 with upper and lower case and a
 /// digit (hex ids, hashes and ULIDs have one case; base64 blobs are longer).
 fn aws_secret(word: &str) -> Option<&'static str> {
@@ -1161,6 +1307,9 @@ fn secret_value(v: &str, weak: bool) -> bool {
 
 /// One word (no whitespace, wrappers removed) with the secrets in it masked.
 fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
+    if crypt_hash(w) {
+        return ctx.mask("secret", w);
+    }
     // `${POSTGRES_PASSWORD:?must be set}`, `{{ .Values.password }}`: a template, whole.
     if ["$", "{{", "%(", "#{", "%%"].iter().any(|p| w.starts_with(p)) {
         return w.to_owned();
@@ -1172,8 +1321,11 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
             return ctx.mask("jwt", &w[..end]) + &redact_word(&w[end..], ctx);
         }
     }
-    if let Some(kind) = secret_kind(w) {
+    if let Some(kind) = ctx.alone(w) {
         return ctx.mask(kind, w.strip_suffix(':').unwrap_or(w)) + if w.ends_with(':') { ":" } else { "" };
+    }
+    if let Some(kind) = encoded_secret(w, ctx) {
+        return ctx.mask(kind, w);
     }
     // `scheme://user:password@host…`: the password; `scheme://token@host`: the token.
     if let Some(i) = w.find("://") {
@@ -1192,7 +1344,14 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
                 let host = redact_word(&rest[at..], ctx);
                 return format!("{}{m}{host}", &w[..i + 3 + colon + 1]);
             }
-            if let Some(kind) = secret_kind(userinfo) {
+            // A key alone before the host (a Sentry DSN's `https://<key>@o1.ingest.sentry.io/…`,
+            // `https://<token>@git.host/repo.git`): a login name is short or a word.
+            let token = userinfo.len() >= 20
+                && userinfo.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+                && userinfo.bytes().any(|b| b.is_ascii_digit())
+                && userinfo.bytes().any(|b| b.is_ascii_alphabetic())
+                && !dummy(userinfo);
+            if let Some(kind) = secret_kind(userinfo).or(token.then_some("secret")) {
                 let m = ctx.mask(kind, userinfo);
                 let host = redact_word(&rest[at..], ctx);
                 return format!("{}{m}{host}", &w[..i + 3]);
@@ -1209,8 +1368,23 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
     // `?` starts a query only in a URL or a path (a password may hold one).
     let url = w.contains('/');
     while !rest.is_empty() {
-        let end = if url { rest.find(['?', '&', ';', ',']) } else { rest.find(['&', ';', ',']) }
-            .map_or(rest.len(), |i| i + 1);
+        // A quoted value runs to its closing quote, separators and all
+        // (`PASSPHRASE='Orbit&velvet6289'`, `"key":"a,b"`), or to the word's end when that quote
+        // was taken off as a wrapper.
+        let from = rest
+            .find(['=', ':'])
+            .filter(|k| !rest[..*k].contains(['&', ';', ',']))
+            .and_then(|k| {
+                let q = rest[k + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))?;
+                let end = rest[k + 2..].find(q).map_or(rest.len(), |c| k + 2 + c + 1);
+                // Unless the value is itself a list of pairs (a connection string's
+                // `"Protocol=https;AccountKey=…"`).
+                (!pairs(&rest[k + 2..end])).then_some(end)
+            })
+            .unwrap_or(0);
+        let end =
+            if url { rest[from..].find(['?', '&', ';', ',']) } else { rest[from..].find(['&', ';', ',']) }
+                .map_or(rest.len(), |i| from + i + 1);
         let (part, tail) = rest.split_at(end);
         rest = tail;
         let (body, sep) = match part.char_indices().last() {
@@ -1221,6 +1395,16 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
         out.push_str(sep);
     }
     out
+}
+
+/// Pairs joined by `;` or `&` (`a=1;b=2`): a name of letters, digits, `_`, `-` or `.` before
+/// an `=` after a separator.
+fn pairs(v: &str) -> bool {
+    v.split([';', '&']).skip(1).any(|p| {
+        p.split_once('=').is_some_and(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "_-. ".contains(c))
+        })
+    })
 }
 
 /// `setPassword("…")`, `.password('…')`, `withApiKey("…")`, SQL's `PASSWORD('…')`: a literal
@@ -1262,7 +1446,7 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
         return p;
     }
     let Some(i) = body.find(['=', ':']).filter(|i| *i > 0 && i + 1 < body.len()) else {
-        return match secret_kind(body) {
+        return match ctx.alone(body) {
             Some(k) => ctx.mask(k, body),
             None => inside(body, ctx),
         };
@@ -1275,11 +1459,23 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
     };
     let quote = &value[..value.chars().next().map_or(0, char::len_utf8)];
     let quoted = quote == "\"" || quote == "'";
+    // A quoted value ends at its closing quote; what follows is the object's (`"…"}` in
+    // `{"data":{"password":"…"}}`).
+    let (value, after) = match value.get(1..).and_then(|v| v.find(quote)).filter(|_| quoted) {
+        Some(k) => value.split_at(k + 2),
+        None => (value, ""),
+    };
+    let bare = value.trim_matches(|c| c == '"' || c == '\'');
     let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) {
         value_of_key(value, !is_password_key(key), ctx)
+    } else if key_material_name(key) && key_material(bare) {
+        Some(ctx.mask("secret", bare))
     } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
         // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs).
         Some(ctx.mask("aws-secret-key", value))
+    } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
+        // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
+        Some(format!("{}{}", ctx.mask("secret", hash), &value[hash.len()..]))
     } else if let Some((pass, host)) = value.split_once('@')
         && body.as_bytes()[i] == b':'
         && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
@@ -1289,19 +1485,28 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
         // `user:password@tcp(host)` (a Go DSN), `user:password@host`.
         Some(format!("{}@{host}", ctx.mask("secret", pass)))
     } else {
-        let bare = value.trim_matches(|c| c == '"' || c == '\'');
-        secret_kind(bare).map(|k| ctx.mask(k, bare))
+        ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).map(|k| ctx.mask(k, bare))
     };
     match masked {
         Some(m) => {
             let close = if quoted && value.len() > 1 && value.ends_with(quote) { quote } else { "" };
-            format!("{}{}{m}{close}", &body[..=i], if quoted { quote } else { "" })
+            format!("{}{}{m}{close}{}", &body[..=i], if quoted { quote } else { "" }, pair_rest(after, ctx))
         }
         // `--from-literal=password=…`, `//registry.npmjs.org/:_authToken=…`; a value with no
-        // `=` is not looked into (an ARN is colons all the way).
-        None if value.contains('=') => format!("{}{}", &body[..=i], pair(value, ctx)),
+        // `=` is not looked into (an ARN is colons all the way); nor is an object's
+        // (`"data":{"password":"…"}` on one line).
+        None if value.contains('=') && after.is_empty() => format!("{}{}", &body[..=i], pair(value, ctx)),
+        None if value.len() > 1 && value.starts_with('{') && after.is_empty() => {
+            format!("{}{{{}", &body[..=i], pair(&value[1..], ctx))
+        }
         None => inside(body, ctx),
     }
+}
+
+/// What follows a quoted value in the same piece (`}`, `}}`): looked into only if it holds a
+/// pair of its own.
+fn pair_rest(after: &str, ctx: &mut Ctx<'_>) -> String {
+    if after.contains(['=', ':']) { pair(after, ctx) } else { after.to_owned() }
 }
 
 /// Known token shapes inside a word of code or markup (`('sk_live_…',`, `"SG.…")`): the pieces
@@ -1314,7 +1519,7 @@ fn inside(body: &str, ctx: &mut Ctx<'_>) -> String {
     let mut out = String::with_capacity(body.len());
     let mut piece = String::new();
     let flush = |piece: &mut String, out: &mut String, ctx: &mut Ctx<'_>| {
-        match secret_kind(piece) {
+        match ctx.alone(piece) {
             Some(k) => out.push_str(&ctx.mask(k, piece)),
             None => out.push_str(piece),
         }
@@ -1447,6 +1652,66 @@ fn login_word(l: &[u8]) -> bool {
     matches!(l, b"creds" | b"credentials" | b"login" | b"logins" | b"log-in" | b"psk")
 }
 
+/// The command on a line that starts with a shell prompt: `$ cat …`, `# …`, `> …`,
+/// `deploy@bastion:~$ …`, `PS C:\app> …`.
+fn shell_command(line: &str) -> Option<&str> {
+    let t = line.trim_start();
+    if let Some(cmd) = ["$ ", "% ", "# ", "> ", "❯ "].iter().find_map(|p| t.strip_prefix(p)) {
+        return Some(cmd);
+    }
+    let at = t.find(['$', '#', '>'])?;
+    let (head, cmd) = (&t[..at], t[at + 1..].strip_prefix(' ')?);
+    let host = !head.contains(char::is_whitespace) && head.contains(['@', ':', '~']);
+    (host || (head.starts_with("PS ") && head.contains(":\\"))).then_some(cmd)
+}
+
+/// A command that prints a secret: one that reads or fetches something named for a secret
+/// (`cat config/master.key`, `vault kv get -field=password …`, `echo $API_TOKEN`,
+/// `aws secretsmanager get-secret-value …`), one that decodes base64 (`kubectl get secret … |
+/// base64 -d`), or one that makes a new secret (`openssl rand -hex 32`, `pwgen`).
+fn reveals_secret(cmd: &str) -> bool {
+    let l = cmd.to_ascii_lowercase();
+    let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
+    let makes = l.contains("openssl rand") || l.starts_with("pwgen") || l.contains("rails secret");
+    let first = l.split_whitespace().find(|w| *w != "sudo").unwrap_or("");
+    let reader = matches!(
+        first,
+        "cat"
+            | "type"
+            | "get-content"
+            | "gc"
+            | "head"
+            | "tail"
+            | "more"
+            | "less"
+            | "bat"
+            | "vault"
+            | "op"
+            | "gcloud"
+            | "aws"
+            | "az"
+            | "kubectl"
+            | "pass"
+            | "gopass"
+            | "security"
+            | "printenv"
+            | "echo"
+            | "heroku"
+            | "doppler"
+            | "jq"
+            | "yq"
+            | "sops"
+            | "bw"
+            | "lpass"
+            | "infisical"
+            | "chamber"
+    );
+    let named = ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd"]
+        .iter()
+        .any(|t| l.contains(t));
+    decodes || makes || (reader && named)
+}
+
 /// Oracle's tools, which take `user/password@database`.
 fn oracle_tool(l: &[u8]) -> bool {
     matches!(
@@ -1516,6 +1781,39 @@ fn jwk_private(key: &str) -> bool {
     matches!(key.trim_matches(['"', '\'', '{', ',']), "d" | "p" | "q" | "dp" | "dq" | "qi" | "k")
 }
 
+/// The length of the whitespace at the start of `s`, escaped line breaks and tabs included: a
+/// logged string keeps them as `\r\n` (`b'…\r\nAuthorization: Basic …\r\n'`, a JSON log's
+/// `"…\npassword=…"`), and a word must not run on into the next line's.
+fn gap(s: &str) -> usize {
+    let mut at = 0;
+    loop {
+        let t = &s[at..];
+        let w = t.len() - t.trim_start().len();
+        at += w;
+        if escape_break(s.as_bytes(), at) {
+            at += 2;
+        } else if w == 0 {
+            return at;
+        }
+    }
+}
+
+/// Where the word at the start of `s` ends: at whitespace or an escaped line break (see
+/// [`gap`]).
+fn word_end(s: &str) -> usize {
+    let b = s.as_bytes();
+    s.char_indices()
+        .find(|(i, c)| c.is_whitespace() || (*c == '\\' && escape_break(b, *i)))
+        .map_or(s.len(), |(i, _)| i)
+}
+
+/// `\n`, `\r` or `\t` written out at `i` (not an escaped backslash's `\\n`, as in `C:\\new`).
+fn escape_break(b: &[u8], i: usize) -> bool {
+    b.get(i) == Some(&b'\\')
+        && matches!(b.get(i + 1), Some(b'n' | b'r' | b't'))
+        && (i == 0 || b[i - 1] != b'\\')
+}
+
 /// `text` with every recognised secret replaced by `[redacted:<kind>]` (every built-in kind
 /// on): cloud keys, GitHub, GitLab, Slack and API tokens, JWTs, PEM private keys, the
 /// credential after an `Authorization` scheme, a URL's password, the value of a `password=…`,
@@ -1565,9 +1863,27 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut tf_secret: Option<bool> = None;
     // An Oracle tool on this line (`sqlplus user/password@db`).
     let mut sql_tool = false;
+    // The last shell prompt's command prints a secret (`$ cat config/master.key`, `… | base64
+    // -d`): a line of one word after it is that secret.
+    let mut reveal = false;
+    let mut reveal_word = false;
+    // After a name of key material (`storage_key`, `"key"`, see [`key_material_name`]): `2`,
+    // its `=` or `:` comes next; `1`, its value does.
+    let mut material = 0u8;
     let mut rest = text;
     while !rest.is_empty() {
-        let ws = rest.len() - rest.trim_start().len();
+        let ws = gap(rest);
+        if rest.len() == text.len() || rest[..ws].contains('\n') {
+            let line = &rest[ws..];
+            let line = &line[..line.find('\n').unwrap_or(line.len())];
+            reveal_word = false;
+            if let Some(cmd) = shell_command(line) {
+                reveal = reveals_secret(cmd);
+            } else if reveal {
+                let t = line.trim();
+                reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
+            }
+        }
         if let Some(nl) = rest[..ws].rfind('\n') {
             sql_tool = false;
             // A value waited for does not start a new line at its key's level: after
@@ -1579,8 +1895,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         out.push_str(&rest[..ws]);
         rest = &rest[ws..];
-        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-        let (raw, tail) = rest.split_at(end);
+        let (raw, tail) = rest.split_at(word_end(rest));
         rest = tail;
         if raw.is_empty() {
             continue;
@@ -1603,6 +1918,31 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         let before = std::mem::replace(&mut last, core);
+        if std::mem::take(&mut reveal_word)
+            && secret_value(core, true)
+            && !uuid(core)
+            && !core.contains(['@', '/'])
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), core));
+            out.push_str(post);
+            continue;
+        }
+        match std::mem::take(&mut material) {
+            1 if key_material(core) => {
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", core));
+                out.push_str(post);
+                continue;
+            }
+            2 if matches!(core, "=" | ":") => material = 1,
+            _ => {}
+        }
+        if let Some(key) = core.strip_suffix([':', '=']).filter(|k| key_material_name(k)) {
+            material = if key.is_empty() { 0 } else { 1 };
+        } else if key_material_name(core) {
+            material = 2;
+        }
         // `"value":` as YAML's `value:` (a HAR header's `{"name": …, "value": …}`).
         let value_key = matches!(core, "value:" | "value\":" | "value':");
         // A word ending with `:` is a key, not a value: YAML's `- name: DB_PASSWORD` then
@@ -1738,7 +2078,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 Some(k) if k > 0 => (format!("{bare_end}{}", &tail[..k]), &tail[k..]),
                 _ => (bare_end.to_owned(), tail.as_str()),
             };
-            let template = placeholder(raw.trim_start_matches(['"', '\'']));
+            let template = placeholder(raw.trim_start_matches(['"', '\'']))
+                // Another flag (`oauth2-proxy: --client-id=…`), not a value.
+                || (core.starts_with("--") && core[2..].starts_with(|c: char| c.is_ascii_alphabetic()));
             let variable = std::mem::take(&mut key_quoted) && quote.is_none() && variable(&bare);
             let shape = secret_kind(&bare);
             // After `Bearer` the word is a token whatever names it resembles.
@@ -1858,8 +2200,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 0;
             continue;
         }
-        // `ngrok config add-authtoken 2Xy…`: a long credential right after a key's name.
-        if bare_key == Some(true) && core.len() >= 20 && strong_credential(core) {
+        // `ngrok config add-authtoken 2Xy…`, `snmp-server community qaeM6…`: a long credential
+        // right after a key's name; or a quoted one (nginx's `proxy_set_header X-Api-Key "…";`,
+        // Apache's `RequestHeader set X-Api-Key "…"`).
+        let quoted = pre.ends_with(['"', '\'']);
+        if bare_key == Some(true)
+            && ((core.len() >= 16 && strong_credential(core)) || (quoted && secret_value(core, true)))
+        {
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
             out.push_str(post);
@@ -1904,6 +2251,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // sentence about a password names it within a few words.
             pending = Some(("secret", true));
             pw_window = 12;
+        } else if matches!(l, b"secret" | b"passphrase") {
+            // So for a sentence about another secret ("the VPN shared secret for the DR site
+            // is …"); the noun itself, not a name that ends with it (`describe-secret`), nor
+            // "token" (a token's accessor, an id, is not one).
+            pw_window = 10;
         }
         if let Some(weak) = bare_key {
             // The key named as data, its value beside it: `- name: API_TOKEN` then `value: …`,
@@ -2066,6 +2418,64 @@ mod tests {
             "mysql -u root -p\nEnter password:\nERROR 2003 (HY000): Can't connect",
             "val secret = secretsClient.getSecretValue { secretId = \"prod/ledger\" }.secretString",
             "routingKey: orders.v2.created",
+        ] {
+            assert_eq!(redact_secrets(t), t);
+        }
+    }
+
+    #[test]
+    fn secrets_in_escaped_lines_encodings_hashes_and_transcripts_are_masked() {
+        for (t, secret) in [
+            // A logged string's escaped line breaks end a word.
+            (r"send: b'Host: x\r\nAuthorization: Basic dXNlcjpTM2NyZXQh\r\nAccept: */*'", "dXNlcjpTM2NyZXQh"),
+            // A key alone as a URL's user (a Sentry DSN).
+            ("dsn=\"https://4021d781eadc026db70353f1de3a9a26@o17.ingest.sentry.io/21\"", "4021d781eadc"),
+            // A quoted value holding a separator.
+            ("BORG_PASSPHRASE='Orbit&velvet6289'", "velvet6289"),
+            // One-line JSON, nested; base64 that decodes to a secret.
+            (
+                r#"{"data":{"redis-password":"eHA4RkJHTlFjMXRXdUZtaWJReURRM2pP"},"type":"Opaque"}"#,
+                "eHA4RkJHTlFj",
+            ),
+            ("  DATABASE_URL: cG9zdGdyZXM6Ly9hcHA6UXVhcnR6LWZhbGNvbjY5NEBkYjo1NDMyL2I=", "cG9zdGdyZXM6"),
+            // Password hashes.
+            ("admin:$apr1$Y39GI8Hb$HPQuQP9AqJGoV6E46EPnlu", "HPQuQP9AqJGoV6"),
+            ("root:$6$saltsalt$N3uXtQ0FfD8wJq2zR9k1Lm5Op7sTuVwXyZ0:19700:0:99999:7:::", "N3uXtQ0FfD8w"),
+            // A secret printed by the command before it.
+            ("$ cat config/master.key\n2b5ba221f4a224f0beb1c29bb79c4416\n$ ls", "2b5ba221f4a2"),
+            (
+                "$ kubectl get secret x -o jsonpath='{.data.pw}' | base64 -d; echo\n4LL3SHyiFbkFfdEa",
+                "4LL3SHyiFbkF",
+            ),
+            // A sentence about a shared secret; an SNMP community; a quoted header value.
+            ("the VPN shared secret for the DR site is \"Quartz#orbit6895\" — move it", "Quartz#orbit"),
+            ("snmp-server community qaeM6hBjTN1emA7KtFd RO", "qaeM6hBjTN1e"),
+            ("proxy_set_header X-Api-Key \"b47637eea0b2a649bee001f1fa26e89d9c21d789\";", "b47637eea0b2"),
+            // Key material under a name that only ends with `key`, even led by `+`.
+            (
+                "storage_key = BF/d4OfPXleMhkO71RADsTKQmXW2MbQiDyka60QyXHxAiTUptb4rUiy7+1la8bgEY==",
+                "BF/d4OfPXleM",
+            ),
+            ("  \"key\": \"JOFXzkk2tr6tT8cXos0Ij8NQ9rJUQ5ttvulmfv8YR10=\",", "JOFXzkk2tr6t"),
+            ("PrivateKey = +d65J2+EpqljAc+YK/GA84yOa2F1uqliavSe2iAtEGc=", "EpqljAc+YK/G"),
+        ] {
+            let out = redact_secrets(t);
+            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
+        }
+    }
+
+    #[test]
+    fn cursors_flags_config_maps_ids_and_product_names_are_not_secrets() {
+        for t in [
+            r#"{"next_page_token": "zEqrLLrowl74ncKgjC9AaLOf5MLN+6ED", "NextToken": "AQICAHhF2k9Lm3PzR7tV0x=="}"#,
+            "oauth2-proxy: --client-id=685319259320-gt373nx9blhcmm.apps.googleusercontent.com --cookie-secure",
+            "kind: ConfigMap\nbinaryData:\n  flags.pb: ILVN9SgZljMsa+7OZVXnR16sxC6bxY1N0dVM+PpC",
+            "I'll DM you the password via 1Password share link; our secret sauce is the Redis2Go layer",
+            "\"dedup_key\": \"9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d\", PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=",
+            "$ git log -1 --format=%H -- secrets.yaml\n8f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e",
+            "$ gcloud auth list\n        exporter@ledger-prod-381204.iam.gserviceaccount.com",
+            "$ aws secretsmanager describe-secret --secret-id db\n  \"LastRotatedDate\": \"2024-06-12T02:10:00+00:00\",",
+            r#"File "C:\new\tools\run.py", line 4; echo "aGVsbG8gd29ybGQ=" | base64 -d"#,
         ] {
             assert_eq!(redact_secrets(t), t);
         }
