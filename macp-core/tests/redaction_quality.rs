@@ -10,9 +10,9 @@
 //!   positives 2.14%), then used for tuning. Together they must reach the goal: recall at least
 //!   0.98 (a text's secret no longer appears, not even 12 characters of it), false positives at
 //!   most 1% (an innocent text changed) in every set.
-//! - No set is held out now: every one above has been tuned on, so their figures say nothing
-//!   about secrets the rules were not written for. The next honest figure comes from a new set
-//!   written blind, measured once as written (its place is marked at the end of this file).
+//! - `redaction-seventh.jsonl`, written the same way and never tuned against: the honest figure
+//!   (recall 0.903, false positives 1.87% when added, after the tuning on the sixth), held to
+//!   that level as a regression floor.
 
 use macp_core::redact::{Redactions, Redactor};
 
@@ -117,17 +117,28 @@ fn the_redactor_reaches_its_goal_on_the_development_sets() {
     assert!(recall >= 0.98, "recall {recall:.4} < 0.98");
 }
 
-// The never-tuned set goes here. The last one, `redaction-sixth.jsonl` (recall 0.9241, 219 of
-// 237 secrets; false positives 2.14%, 7 of 327 innocent texts, measured once as written), is now
-// a development set above. When a new set written blind arrives, measure it once as written,
-// keep that figure in BENCHMARKS.md, and hold it to that level as a regression floor (rounded
-// down, as the sixth's was: recall 0.92, false positives 2.2%):
-//
-// #[test]
-// fn the_redactor_holds_its_level_on_the_never_tuned_set() {
-//     let s = measure("<name>", include_str!("redaction-<name>.jsonl"));
-//     assert!(s.recall() >= NEVER_TUNED_RECALL, "recall {:.4} fell", s.recall());
-//     assert!(s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES, "false positives rose");
-// }
-// const NEVER_TUNED_RECALL: f64 = …;
-// const NEVER_TUNED_FALSE_POSITIVES: f64 = …;
+/// The never-tuned set, `redaction-seventh.jsonl`: written by someone who had not read the rules
+/// nor any other set, and measured once as written (BENCHMARKS.md keeps the figures). It is
+/// held to that level as a regression floor; tuning on it would make it one more development
+/// set, and the next honest figure would need a new blind set.
+#[test]
+fn the_redactor_holds_its_level_on_the_never_tuned_set() {
+    let s = measure("seventh", include_str!("redaction-seventh.jsonl"));
+    assert!(
+        s.recall() >= NEVER_TUNED_RECALL,
+        "seventh: recall {:.4} fell below {NEVER_TUNED_RECALL}",
+        s.recall()
+    );
+    assert!(
+        s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES,
+        "seventh: false positives {:.2}% rose above {:.2}%",
+        s.false_positives() * 100.0,
+        NEVER_TUNED_FALSE_POSITIVES * 100.0
+    );
+}
+
+/// What the seventh set measured when it was added, after the tuning on the sixth (recall
+/// 0.9025: 324 of 359 secrets; false positives 1.87%: 7 of 375 innocent texts changed), rounded
+/// to the floor it is held to.
+const NEVER_TUNED_RECALL: f64 = 0.90;
+const NEVER_TUNED_FALSE_POSITIVES: f64 = 0.019;
