@@ -617,16 +617,77 @@ const SECRET_KEYS: &[&str] = &[
     "refresh_token",
     "api_token",
     "bot_token",
+    // Other languages' passwords (see [`PASSWORDS`]) and secrets.
+    "geheimnis",
+    "secreto",
+    "segredo",
+    "segreto",
+    "секрет",
+];
+
+/// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
+/// sentence ("la contraseña del usuario … es …"): German, Dutch, Spanish, Portuguese, French
+/// (`mot_de_passe`, `mdp`; the sentence's three words are read in [`redact_secrets_with`]),
+/// Italian (`parola_d_ordine`), Scandinavian, Finnish, Polish, Czech, Hungarian, Turkish,
+/// Russian and Ukrainian (both cases: [`named`] folds ASCII only). CJK runs words together,
+/// so those are looked for inside a word ([`CJK_PASSWORDS`]).
+const PASSWORDS: &[&str] = &[
+    "passwort",
+    "kennwort",
+    "wachtwoord",
+    "contraseña",
+    "contrasena",
+    "senha",
+    "mot_de_passe",
+    "motdepasse",
+    "mdp",
+    "parola_d_ordine",
+    "lösenord",
+    "losenord",
+    "passord",
+    "adgangskode",
+    "salasana",
+    "hasło",
+    "haslo",
+    "heslo",
+    "jelszó",
+    "jelszo",
+    "şifre",
+    "sifre",
+    "пароль",
+    "Пароль",
+    "ПАРОЛЬ",
+];
+
+/// Password and secret-key nouns of Chinese, Japanese and Korean, found inside a word
+/// ("本番Redisのパスワードは", "数据库密码：").
+const CJK_PASSWORDS: &[&str] = &[
+    "パスワード",
+    "暗証番号",
+    "秘密鍵",
+    "シークレット",
+    "密码",
+    "密碼",
+    "口令",
+    "密钥",
+    "秘钥",
+    "金鑰",
+    "비밀번호",
+    "암호",
+    "시크릿",
 ];
 
 /// Keys whose value is a secret whatever it looks like (short of a placeholder); after the
 /// others (`token: …`) a value must look like a credential, since prose says "token: see the
 /// vault" too.
 fn is_password_key(key: &str) -> bool {
+    // Letters of any script: `пароль:` is a key.
+    let key = key.trim_matches(|c: char| !c.is_alphanumeric());
     named(
-        key.trim_matches(|c: char| !c.is_ascii_alphanumeric()),
+        key,
         &["password", "passwd", "pwd", "pass", "pw", "passphrase", "passcode", "requirepass", "masterauth"],
-    )
+    ) || named(key, PASSWORDS)
+        || (!key.is_ascii() && CJK_PASSWORDS.iter().any(|p| key.contains(p)))
 }
 
 /// `key` (any case; a name of two words also without or with another separator: `secret_key`
@@ -687,7 +748,16 @@ fn suffix_at(k: &[u8], n: &[u8]) -> Option<usize> {
 fn is_secret_key(key: &str) -> bool {
     // `\"` too: JSON inside a JSON string (`"{\"password\":\"…\"}"`).
     let k = key.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '{' | '[' | '(' | ',' | '\\'));
-    !k.is_empty() && named(k, SECRET_KEYS) && !named(k, NOT_SECRET_TOKENS)
+    // A name that says how the secret is written (`PII_ENCRYPTION_KEY_HEX`, `JWT_SECRET_B64`)
+    // names the secret still.
+    let k = ["_hex", "_b64", "_base64", "-hex", "-b64", "-base64", "hex", "base64"]
+        .iter()
+        .find_map(|s| {
+            let cut = k.len().checked_sub(s.len())?;
+            (cut > 0 && k.is_char_boundary(cut) && k[cut..].eq_ignore_ascii_case(s)).then(|| &k[..cut])
+        })
+        .unwrap_or(k);
+    !k.is_empty() && (named(k, SECRET_KEYS) || is_password_key(k)) && !named(k, NOT_SECRET_TOKENS)
 }
 
 /// Tokens that are not credentials: an API's pagination cursor (`next_page_token`,
@@ -821,8 +891,14 @@ fn placeholder(w: &str) -> bool {
         || w.starts_with("#{")
         || w.starts_with("%%")
         || w.starts_with('!')
-        // A diff's added line, a phone number; not a key whose base64 starts with `+`.
-        || (w.starts_with('+') && !key_material(w))
+        // A diff's added line, a phone number; not a key whose base64 starts with `+`, nor a
+        // password that does (`-p '+nA_^hU!#^Esy%7BLv'`: letters, a digit and another symbol).
+        || (w.starts_with('+') && !key_material(w) && !symbolic(&w[1..]))
+        // Where the secret is read from, not the secret: a relative or home path, curl's and
+        // Vault's `@file` (`--from-file=password=./pw.txt`, `password=@/dev/stdin`).
+        || ["./", "../", "~/", "@/", "@./", "@~/"].iter().any(|p| w.starts_with(p))
+        // A value written with a stand-in in it (`t=1741662847,v1=<hex digest>`).
+        || angle_template(w)
         || w.contains("••")
         || w.contains("***")
         || w.contains("/secrets/")
@@ -838,6 +914,25 @@ fn placeholder(w: &str) -> bool {
         // A value shown cut short (`sk-...RTBv`).
         || w.contains("...")
         || w.contains('…')
+}
+
+/// Letters, a digit and a symbol no word has: a password's mix (see [`password_like`], which
+/// this does not call: it runs inside [`placeholder`]).
+fn symbolic(w: &str) -> bool {
+    w.len() >= 7
+        && w.bytes().any(|b| b.is_ascii_alphabetic())
+        && w.bytes().any(|b| b.is_ascii_digit())
+        && w.bytes().any(|b| b"!#$%^&*=?~".contains(&b))
+}
+
+/// `<name>` or `<two words` inside a value (`v1=<hex digest>`): a stand-in an author wrote,
+/// letters only after the `<` (a password's `<` is followed by anything).
+fn angle_template(w: &str) -> bool {
+    w.find('<').is_some_and(|i| {
+        let t = &w[i + 1..];
+        let t = &t[..t.find('>').unwrap_or(t.len())];
+        t.len() >= 3 && t.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_' || b == b'-' || b == b' ')
+    })
 }
 
 /// A token published on purpose: Mapbox's public `pk.` tokens and Stripe's publishable keys
@@ -990,6 +1085,9 @@ fn shape(word: &str) -> Option<&'static str> {
                 .any(|p| word.contains(p))))
         && word.len() > 60
     {
+        return Some("webhook");
+    }
+    if hook_url(word) {
         return Some("webhook");
     }
     if (word.starts_with("hvs.") || word.starts_with("hvb.")) && word.len() >= 24 && token_chars(&word[4..]) {
@@ -1173,6 +1271,26 @@ fn vendor_token(word: &str) -> Option<&'static str> {
     None
 }
 
+/// An incoming webhook's URL (Mattermost's `/hooks/<key>`, Zapier's `/hooks/catch/<id>/<key>/`,
+/// any `/webhook/…/<key>`): whoever has it can post, so it goes whole, as Slack's and
+/// Discord's do. A random segment after the `hooks` one is its key; an API's numeric hook id
+/// (`/repos/x/y/hooks/123`) or a page (`/docs/webhooks/setup`) is not.
+fn hook_url(w: &str) -> bool {
+    let Some(rest) = w.strip_prefix("https://").or_else(|| w.strip_prefix("http://")) else {
+        return false;
+    };
+    let path = rest.split(['?', '#']).next().unwrap_or(rest);
+    let mut segments = path.split('/').skip(1);
+    segments.by_ref().any(|s| matches!(s, "hooks" | "hook" | "webhook" | "webhooks"))
+        && segments.any(|s| {
+            s.len() >= 6
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && s.bytes().any(|b| b.is_ascii_digit())
+                && s.bytes().any(|b| b.is_ascii_alphabetic())
+                && !dummy(s)
+        })
+}
+
 /// `8-4-4-4-12` hex digits.
 fn uuid(s: &str) -> bool {
     let b = s.as_bytes();
@@ -1222,14 +1340,32 @@ fn key_material_name(key: &str) -> bool {
 /// with both cases and a digit. Not hex: under a name that only ends with `key` that is as
 /// often a digest or an id (`dedup_key`, `cache_key`).
 fn key_material(v: &str) -> bool {
+    // URL-safe base64 when padded (a Fernet key, `…y_kHE=`): unpadded, `-` and `_` make names.
+    let url_safe = v.ends_with('=');
     v.len() >= 22
-        && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        && v.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'+' | b'/' | b'=')
+                || (url_safe && matches!(b, b'-' | b'_'))
+        })
         && !v.trim_end_matches('=').contains('=')
         && (v.ends_with('=') || v.len() >= 32)
         && v.bytes().any(|b| b.is_ascii_uppercase())
         && v.bytes().any(|b| b.is_ascii_lowercase())
         && v.bytes().any(|b| b.is_ascii_digit())
         && !dummy(v)
+}
+
+/// `name("literal"…` (`Buffer.from("x6bb…", "base64")`): where the literal starts, and it.
+fn call_literal(w: &str) -> Option<(usize, &str)> {
+    let open = w.find('(')?;
+    if open == 0 || !w[..open].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':')) {
+        return None;
+    }
+    let q = w[open + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))?;
+    let at = open + 2;
+    let end = w[at..].find(q).map_or(w.len(), |e| at + e);
+    Some((at, &w[at..end]))
 }
 
 /// Base64 that decodes to text holding a secret (a Kubernetes Secret's `data`, a Docker
@@ -1305,6 +1441,31 @@ fn secret_value(v: &str, weak: bool) -> bool {
     !v.is_empty() && !word && !number
 }
 
+/// Where a placeholder (`[redacted…]`, `[REDACTED…]`) starts in `w`, if one does.
+fn marker_at(w: &str) -> Option<usize> {
+    // Cheap first: most words hold no `[`.
+    if !w.contains('[') {
+        return None;
+    }
+    [w.find("[redacted"), w.find("[REDACTED")].into_iter().flatten().min()
+}
+
+/// `w`, a word holding a placeholder at `m`: the placeholders kept as they are, the pieces
+/// between them read as words.
+fn around_markers(w: &str, m: usize, ctx: &mut Ctx<'_>) -> String {
+    let mut out = String::with_capacity(w.len());
+    let (mut at, mut m) = (0, Some(m));
+    while let Some(i) = m {
+        out.push_str(&redact_word(&w[at..i], ctx));
+        let end = w[i..].find(']').map_or(w.len(), |e| i + e + 1);
+        out.push_str(&w[i..end]);
+        at = end;
+        m = marker_at(&w[at..]).map(|j| at + j);
+    }
+    out.push_str(&redact_word(&w[at..], ctx));
+    out
+}
+
 /// One word (no whitespace, wrappers removed) with the secrets in it masked.
 fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
     if crypt_hash(w) {
@@ -1371,9 +1532,12 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
         // A quoted value runs to its closing quote, separators and all
         // (`PASSPHRASE='Orbit&velvet6289'`, `"key":"a,b"`), or to the word's end when that quote
         // was taken off as a wrapper.
-        let from = rest
-            .find(['=', ':'])
-            .filter(|k| !rest[..*k].contains(['&', ';', ',']))
+        // The quote may follow a chain of names (`--from-literal=password='8&Fx…'`).
+        let stop = rest.find(['&', ';', ',']).unwrap_or(rest.len());
+        let from = rest[..stop]
+            .match_indices(['=', ':'])
+            .map(|(k, _)| k)
+            .find(|k| matches!(rest.as_bytes().get(k + 1), Some(b'"' | b'\'')))
             .and_then(|k| {
                 let q = rest[k + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))?;
                 let end = rest[k + 2..].find(q).map_or(rest.len(), |c| k + 2 + c + 1);
@@ -1382,19 +1546,59 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
                 (!pairs(&rest[k + 2..end])).then_some(end)
             })
             .unwrap_or(0);
-        let end =
+        let mut end =
             if url { rest[from..].find(['?', '&', ';', ',']) } else { rest[from..].find(['&', ';', ',']) }
                 .map_or(rest.len(), |i| from + i + 1);
+        // A secret's value runs on over a separator that starts no pair of its own
+        // (`KAFKA_SASL_PASSWORD=pbNs&*Vg4…`, `password=a,b`): passwords hold them.
+        if from == 0
+            && end < rest.len()
+            && rest[..end].find('=').is_some_and(|k| k > 0 && is_secret_key(&rest[..k]))
+        {
+            while end < rest.len() && !starts_pair(&rest[end..]) {
+                end = rest[end..].find(['&', ';', ',']).map_or(rest.len(), |i| end + i + 1);
+            }
+        }
         let (part, tail) = rest.split_at(end);
         rest = tail;
         let (body, sep) = match part.char_indices().last() {
             Some((i, '?' | '&' | ';' | ',')) => (&part[..i], &part[i..]),
             _ => (part, ""),
         };
+        // A URL's `key=`, `appid=`, `…_key=` parameter holding a random value: an API key
+        // (OpenWeatherMap's `appid`, HubSpot's `hapikey`); a short or numeric one is an id.
+        if url
+            && let Some((k, v)) = body.split_once('=')
+            && (key_material_name(k) || named(k, &["appid", "app_id"]))
+            && random_value(v)
+        {
+            out.push_str(k);
+            out.push('=');
+            out.push_str(&ctx.mask(ctx.alone(v).unwrap_or("api-key"), v));
+            out.push_str(sep);
+            continue;
+        }
         out.push_str(&pair(body, ctx));
         out.push_str(sep);
     }
     out
+}
+
+/// A random value: sixteen characters or more of letters and digits (`-`, `_` allowed), with
+/// both; not a stand-in.
+fn random_value(v: &str) -> bool {
+    (16..=128).contains(&v.len())
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && v.bytes().any(|b| b.is_ascii_digit())
+        && v.bytes().any(|b| b.is_ascii_alphabetic())
+        && !dummy(v)
+}
+
+/// `name=` at the start of `s` (a name of letters, digits, `_`, `.` or `-`).
+fn starts_pair(s: &str) -> bool {
+    s.find(['=', ':']).is_some_and(|k| {
+        k > 0 && s[..k].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b' '))
+    })
 }
 
 /// Pairs joined by `;` or `&` (`a=1;b=2`): a name of letters, digits, `_`, `-` or `.` before
@@ -1445,7 +1649,11 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
     if let Some(p) = pgpass(body, ctx) {
         return p;
     }
-    let Some(i) = body.find(['=', ':']).filter(|i| *i > 0 && i + 1 < body.len()) else {
+    // Base64's padding (`…CObPw==`) is not a key and its value.
+    let Some(i) = body
+        .find(['=', ':'])
+        .filter(|i| *i > 0 && i + 1 < body.len() && !body[*i..].bytes().all(|b| b == b'='))
+    else {
         return match ctx.alone(body) {
             Some(k) => ctx.mask(k, body),
             None => inside(body, ctx),
@@ -1471,8 +1679,10 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
     } else if key_material_name(key) && key_material(bare) {
         Some(ctx.mask("secret", bare))
     } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
-        // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs).
-        Some(ctx.mask("aws-secret-key", value))
+        // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs): both, as
+        // the key id alone would be (and a second pass, reading it beside the placeholder, would).
+        let id = ctx.mask("aws-access-key", key);
+        return format!("{id}{}{}", &body[i..=i], ctx.mask("aws-secret-key", value));
     } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
         // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
         Some(format!("{}{}", ctx.mask("secret", hash), &value[hash.len()..]))
@@ -1481,8 +1691,10 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
         && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
         && !pass.contains('/')
         && credential_like(pass)
+        && !digest(host)
     {
-        // `user:password@tcp(host)` (a Go DSN), `user:password@host`.
+        // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
+        // `name:tag@sha256:…`.
         Some(format!("{}@{host}", ctx.mask("secret", pass)))
     } else {
         ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).map(|k| ctx.mask(k, bare))
@@ -1501,6 +1713,13 @@ fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
         }
         None => inside(body, ctx),
     }
+}
+
+/// A content digest, `sha256:<hex>` (an image reference's `@sha256:…`).
+fn digest(w: &str) -> bool {
+    w.split_once(':').is_some_and(|(alg, d)| {
+        alg.starts_with("sha") && d.len() >= 32 && d.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 /// What follows a quoted value in the same piece (`}`, `}}`): looked into only if it holds a
@@ -1599,7 +1818,7 @@ fn secret_flag(word: &str) -> Option<bool> {
 
 /// `w` in lower case into `buf`, its length; `0` when it is too long to be one of the words
 /// below (on the stack: this runs for every word).
-fn lower(w: &str, buf: &mut [u8; 12]) -> usize {
+fn lower(w: &str, buf: &mut [u8; 16]) -> usize {
     if w.len() > buf.len() {
         return 0;
     }
@@ -1649,7 +1868,134 @@ fn key_qualifier(l: &[u8]) -> bool {
 
 /// Words that start a sentence about a login, in which a password-like word is its password.
 fn login_word(l: &[u8]) -> bool {
-    matches!(l, b"creds" | b"credentials" | b"login" | b"logins" | b"log-in" | b"psk")
+    matches!(
+        l,
+        b"creds"
+            | b"credentials"
+            | b"login"
+            | b"logins"
+            | b"log-in"
+            | b"logging"
+            | b"signin"
+            | b"sign-in"
+            | b"psk"
+            // German, French, Spanish, Portuguese, Italian, Dutch.
+            | b"zugangsdaten"
+            | b"anmeldedaten"
+            | b"identifiants"
+            | b"credenciales"
+            | b"credenciais"
+            | b"credenziali"
+            | b"inloggegevens"
+    )
+}
+
+/// "is" in a sentence stating a value, in English and the languages of [`PASSWORDS`]; a CJK
+/// word ending with its topic or copula particle (`…は`, `…是`, `…는`).
+fn copula(w: &str) -> bool {
+    let ascii = |x: &[&str]| x.iter().any(|c| w.eq_ignore_ascii_case(c));
+    ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"])
+        || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
+}
+
+/// What a sentence about a password states as it, right after "is" or a label or in quotes:
+/// anything with letters and a digit or a symbol (`sierra-falcon-pixel-985`,
+/// `TY&Z*nfoS!26spi2@z`, `09f3ea70…`), but not a time, a version, a path, an address, a host
+/// name or a stand-in.
+fn stated_value(w: &str) -> bool {
+    let b = w.as_bytes();
+    let letters = b.iter().any(u8::is_ascii_alphabetic);
+    let digit = b.iter().any(u8::is_ascii_digit);
+    let symbol = b.iter().any(|c| b"!#$%^&*+=?~@".contains(c));
+    let date = b.len() >= 8 && b[..4].iter().all(u8::is_ascii_digit) && matches!(b[4], b'-' | b'/' | b'.');
+    let version = b.first().is_some_and(|c| *c == b'v' || c.is_ascii_digit())
+        && w.trim_start_matches('v')
+            .split(['.', '-'])
+            .next()
+            .is_some_and(|p| p.bytes().all(|c| c.is_ascii_digit()))
+        && w.contains('.');
+    let email = w.split_once('@').is_some_and(|(_, d)| d.contains('.'));
+    (6..=72).contains(&b.len())
+        && letters
+        && (digit || symbol)
+        && !date
+        && !version
+        && !email
+        && !w.contains("://")
+        && !w.contains('/')
+        && !dotted_name(w)
+        && !placeholder(w)
+}
+
+/// An OTP seed (a TOTP secret): base32, sixteen characters or more, one case, with a digit.
+fn base32_seed(w: &str) -> bool {
+    let b = w.as_bytes();
+    b.len() >= 16
+        && (b.iter().all(|c| c.is_ascii_uppercase() || (b'2'..=b'7').contains(c))
+            || b.iter().all(|c| c.is_ascii_lowercase() || (b'2'..=b'7').contains(c)))
+        && b.iter().any(u8::is_ascii_digit)
+        && b.iter().any(u8::is_ascii_alphabetic)
+}
+
+/// Four characters of base32: a group of a seed written for people to type.
+fn base32_group(w: &str) -> bool {
+    w.len() == 4 && w.bytes().all(|c| c.is_ascii_alphabetic() || (b'2'..=b'7').contains(&c))
+}
+
+/// A recovery or backup code: letters and digits, maybe in groups (`9iq7o-7nu0k`,
+/// `1234-5678`), with a digit; not a date.
+fn recovery_code(w: &str) -> bool {
+    let b = w.as_bytes();
+    (4..=24).contains(&b.len())
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
+        && b.iter().any(u8::is_ascii_digit)
+        && !(b.len() >= 8 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-')
+}
+
+/// Calls that take a password or key as a positional argument: the function's name (as the
+/// call is written, after any `new ` or `obj.`) and the argument's index, counted from `0`;
+/// `true` when the argument is a key, which must look like one (a `Client(…)` is any client).
+const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
+    // PHP: `new PDO($dsn, $user, $password)`, mysqli.
+    ("PDO", 2, false),
+    ("mysqli", 2, false),
+    ("mysqli_connect", 2, false),
+    ("mysql_connect", 2, false),
+    ("ftp_login", 2, false),
+    // JDBC, Python's DB-API drivers and ftplib, the `login(user, password)` of smtplib,
+    // imaplib and ftplib.
+    ("getConnection", 2, false),
+    ("connect", 2, false),
+    ("FTP", 2, false),
+    ("FTP_TLS", 2, false),
+    ("login", 1, false),
+    // HTTP and AMQP credentials, .NET's.
+    ("HTTPBasicAuth", 1, false),
+    ("HTTPDigestAuth", 1, false),
+    ("BasicAuth", 1, false),
+    ("PlainCredentials", 1, false),
+    ("NetworkCredential", 1, false),
+    ("UsernamePasswordCredentials", 1, false),
+    ("ClientSecretCredential", 2, true),
+    // SDK clients built from an id and a secret (`twilio(accountSid, authToken)`, Twilio's
+    // Python `Client(sid, token)`, `algoliasearch(appId, apiKey)`).
+    ("Client", 1, true),
+    ("twilio", 1, true),
+    ("Twilio", 1, true),
+    ("algoliasearch", 1, true),
+    ("create", 1, true),
+];
+
+/// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
+/// [`CREDENTIAL_CALLS`]: the commas left before its secret argument, and whether that must look
+/// like a key.
+fn credential_call(w: &str) -> Option<(usize, bool)> {
+    let open = w.find('(')?;
+    let name = w[..open].rsplit(['.', ':', '>', ' ']).next()?;
+    let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| *n == name)?;
+    let commas = w[open..].matches(',').count();
+    // All of it in this one word (`PDO('a','b','c')`) is read by the word's own rules.
+    (commas <= at && !w[open..].contains(')')).then_some((at - commas, key))
 }
 
 /// The command on a line that starts with a shell prompt: `$ cat …`, `# …`, `> …`,
@@ -1728,11 +2074,6 @@ fn oracle_tool(l: &[u8]) -> bool {
             | b"conn"
     )
 }
-
-/// SDK constructors whose second argument is a secret key (`algoliasearch(appId, apiKey)`,
-/// `twilio(accountSid, authToken)`).
-const CLIENT_CALLS: &[&str] =
-    &["algoliasearch(", "SearchClient.create(", "twilio(", "Twilio(", "Client.create("];
 
 /// Where the secret in a word of a sentence about one starts: the word (`0`), or the part after
 /// `user:` (`root:…`); `None` when `secret` does not take it.
@@ -1870,6 +2211,27 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // After a name of key material (`storage_key`, `"key"`, see [`key_material_name`]): `2`,
     // its `=` or `:` comes next; `1`, its value does.
     let mut material = 0u8;
+    // The next word is where a sentence states its secret: after "is" (or another language's
+    // copula), a label's `:`, or quoted (see [`stated_value`]).
+    let mut stated_next = false;
+    // A credential-looking word followed by "is": a password if the sentence names one within
+    // a few words ("W5M5… is the current root password"): where it sits in `out`, and the
+    // words left.
+    let mut claimed: Option<(usize, usize, String, u8)> = None;
+    // After "recovery codes" / "backup codes": `1` on that line, `2` on the lines after it,
+    // where every code-shaped word is one, until a line holds another word.
+    let mut codes = 0u8;
+    // Groups of an OTP seed written four by four (`ph3m fyjz uhdy 3cc4 …`) left to mask.
+    let mut seed_run = 0u8;
+    // A call whose n-th argument is a password or key (`new PDO(dsn, user, password)`,
+    // `Client(sid, token)`): the commas left before it, and whether it must look like a key.
+    let mut call_arg: Option<(usize, bool)> = None;
+    // An SNMP command on this line: its `-A`/`-X` take passphrases, `-c` a community.
+    let mut snmp = false;
+    // The last word qualifies a token ("auth token", "bot token").
+    let mut prev_token_q = false;
+    // A password's name was on this line (see `stated_next`).
+    let mut pw_line = false;
     let mut rest = text;
     while !rest.is_empty() {
         let ws = gap(rest);
@@ -1886,6 +2248,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         if let Some(nl) = rest[..ws].rfind('\n') {
             sql_tool = false;
+            snmp = false;
+            pw_line = false;
+            claimed = None;
+            if codes == 1 {
+                codes = 2;
+            }
             // A value waited for does not start a new line at its key's level: after
             // `Enter password:` comes the program's answer (`ERROR 2003 …`); a nested YAML
             // value is indented.
@@ -1917,7 +2285,105 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
+        // A placeholder inside a word (`-p[redacted:secret]`, `https://[redacted:…]@host`): this
+        // redactor's own, or an author's. It is never read as part of a name or a value (its
+        // `:secret]` would make `-p[redacted:secret]` a secret's flag, a command's positional
+        // password would take it again), so a second pass changes nothing; the pieces around it
+        // are read as words of their own.
+        if let Some(m) = marker_at(raw) {
+            pending = None;
+            bare_key = None;
+            positional = None;
+            after_echo = false;
+            user_flag = false;
+            material = 0;
+            // As a secret masked in this pass closes the sentence about it.
+            pw_window = 0;
+            login_window = 0;
+            out.push_str(&around_markers(raw, m, ctx));
+            continue;
+        }
         let before = std::mem::replace(&mut last, core);
+        // A label's `:` only on the line of a password's name ("senha do banco de homologação:
+        // …"); elsewhere a colon starts any field (`protocol: TLSv1.3`, `X-Request-Id: …`).
+        let next =
+            copula(core) || (pw_line && core.ends_with(':')) || (stated_next && matches!(core, ":" | "-"));
+        let stated = std::mem::replace(&mut stated_next, next);
+        // "W5M5… is the current root password": the word before "is", once the sentence names
+        // a password.
+        if let Some((s, e, word, n)) = claimed.take() {
+            if is_password_key(core) && out.get(s..e) == Some(word.as_str()) {
+                let m = ctx.mask("secret", &word);
+                out.replace_range(s..e, &m);
+            } else if n > 1 && (n < 6 || copula(core)) {
+                claimed = Some((s, e, word, n - 1));
+            }
+        }
+        // Recovery codes, one after another, each a secret.
+        if codes > 0 {
+            if recovery_code(core) {
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", core));
+                out.push_str(post);
+                continue;
+            }
+            if codes == 2 {
+                codes = 0;
+            }
+        }
+        if before.eq_ignore_ascii_case("recovery") || before.eq_ignore_ascii_case("backup") {
+            let c = core.trim_end_matches(':');
+            if c.eq_ignore_ascii_case("codes") || c.eq_ignore_ascii_case("code") {
+                codes = 1;
+            }
+        }
+        // An OTP seed in groups of four, in a sentence about one.
+        if seed_run > 0 && base32_group(core) {
+            seed_run -= 1;
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
+            continue;
+        }
+        seed_run = 0;
+        if pw_window > 0 && base32_group(core) {
+            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+            let groups = || line.split_whitespace().take_while(|g| base32_group(g));
+            // Words of four letters are groups too ("auth stop fall back"): a seed's have digits,
+            // and one case.
+            let more = groups().count();
+            let digits = groups().filter(|g| g.bytes().any(|c| c.is_ascii_digit())).count()
+                + usize::from(core.bytes().any(|c| c.is_ascii_digit()));
+            let one_case = groups().chain([core]).all(|g| !g.bytes().any(|c| c.is_ascii_uppercase()))
+                || groups().chain([core]).all(|g| !g.bytes().any(|c| c.is_ascii_lowercase()));
+            if more >= 3 && digits >= 2 && one_case {
+                seed_run = more.min(16) as u8;
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", core));
+                out.push_str(post);
+                continue;
+            }
+        }
+        // A positional credential in a call, once its commas are counted.
+        if let Some((left, key)) = call_arg.take() {
+            let quoted = pre.ends_with(['"', '\'']);
+            if left == 0 {
+                let ok = if key {
+                    secret_kind(core).is_some()
+                        || (core.len() >= 16 && credential_like(core) && !core.contains(['/', '.']))
+                } else {
+                    secret_value(core, false)
+                };
+                if quoted && ok {
+                    out.push_str(pre);
+                    out.push_str(&ctx.mask(secret_kind(core).unwrap_or("secret"), core));
+                    out.push_str(post);
+                    continue;
+                }
+            } else if !raw.contains([')', ';']) {
+                call_arg = Some((left.saturating_sub(raw.matches(',').count()), key));
+            }
+        }
         if std::mem::take(&mut reveal_word)
             && secret_value(core, true)
             && !uuid(core)
@@ -1928,6 +2394,22 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(post);
             continue;
         }
+        // The output of a command that prints secrets (`az storage account keys list`): padded
+        // key material anywhere in it, a JSON field's value included; not an SSH public key
+        // (`ssh-ed25519 AAAA…`), nor an object's unpadded version id.
+        if reveal
+            && core.len() >= 40
+            && core.ends_with('=')
+            && key_material(core)
+            && !core.starts_with("AAAA")
+            && !before.starts_with("ssh-")
+            && !before.starts_with("ecdsa-")
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
+            continue;
+        }
         match std::mem::take(&mut material) {
             1 if key_material(core) => {
                 out.push_str(pre);
@@ -1935,12 +2417,26 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(post);
                 continue;
             }
+            // `key = Buffer.from("…", "base64")`, `bytes.fromhex("…")`: the literal a call turns
+            // into the key's bytes (hex too: the call says it is bytes, not a name).
+            1 if let Some((at, lit)) = call_literal(core)
+                && (key_material(lit) || (lit.len() >= 32 && lit.bytes().all(|b| b.is_ascii_hexdigit()))) =>
+            {
+                out.push_str(pre);
+                out.push_str(&core[..at]);
+                out.push_str(&ctx.mask("secret", lit));
+                out.push_str(&core[at + lit.len()..]);
+                out.push_str(post);
+                continue;
+            }
             2 if matches!(core, "=" | ":") => material = 1,
             _ => {}
         }
+        // Not after `public` (`wg show`'s `public key: …`, "the server's public key: …").
+        let public = before.eq_ignore_ascii_case("public") || before.eq_ignore_ascii_case("pub");
         if let Some(key) = core.strip_suffix([':', '=']).filter(|k| key_material_name(k)) {
-            material = if key.is_empty() { 0 } else { 1 };
-        } else if key_material_name(core) {
+            material = if key.is_empty() || public { 0 } else { 1 };
+        } else if key_material_name(core) && !public {
             material = 2;
         }
         // `"value":` as YAML's `value:` (a HAR header's `{"name": …, "value": …}`).
@@ -1966,9 +2462,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
-        if core == "=" || core == ":" {
+        // `|` too: a Markdown table's `| DD_API_KEY | 9857… |` (weak: `| token | description |`).
+        if core == "=" || core == ":" || core == "|" {
             if let Some(weak) = bare_key {
-                pending = Some(("secret", weak));
+                pending = Some(("secret", weak || core == "|"));
             }
             bare_key = None;
             out.push_str(raw);
@@ -1992,7 +2489,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if echoed.as_ref().is_some_and(|(s, _, _)| out[*s..].contains('\n')) {
             echoed = None;
         }
-        if matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
+        // `echo 'X' > ~/.vault_pass`: written to a file named for a secret.
+        let to_secret_file = matches!(core, ">" | ">>")
+            && rest.split_whitespace().next().is_some_and(|f| {
+                let f = f.to_ascii_lowercase();
+                ["pass", "secret", "token", "key", "cred", "pwd"].iter().any(|t| f.contains(t))
+            });
+        if (to_secret_file || matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd"))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -2102,7 +2605,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(post);
             continue;
         }
-        let mut buf = [0u8; 12];
+        let mut buf = [0u8; 16];
         let n = lower(core, &mut buf);
         let l = &buf[..n];
         if oracle_tool(l) {
@@ -2125,13 +2628,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         if std::mem::take(&mut user_flag)
-            && let Some(cut) = core.find([':', '%'])
+            && let Some(cut) = core.find([':', '%', ','])
             && credential_like(&core[cut + 1..])
         {
-            // `curl -u user:password`, `smbclient -U 'DOMAIN\user%password'`.
+            // `curl -u user:password`, `smbclient -U 'DOMAIN\user%password'`, `lftp -u
+            // user,'password'` (its quote kept).
+            let q = core[cut + 1..].len() - core[cut + 1..].trim_start_matches(['"', '\'']).len();
             out.push_str(pre);
-            out.push_str(&core[..=cut]);
-            out.push_str(&ctx.mask("secret", &core[cut + 1..]));
+            out.push_str(&core[..=cut + q]);
+            out.push_str(&ctx.mask("secret", &core[cut + 1 + q..]));
             out.push_str(post);
             continue;
         }
@@ -2140,7 +2645,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
-        if secret_flag(core).is_some() {
+        if core.starts_with("snmp") {
+            snmp = true;
+        }
+        // SNMPv3's authentication and privacy passphrases, v2c's community.
+        if secret_flag(core).is_some() || (snmp && matches!(core, "-A" | "-X" | "-c")) {
             // Weak even for `--password`: "Using --password via the CLI is insecure".
             pending = Some(("secret", true));
             out.push_str(raw);
@@ -2178,14 +2687,33 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.eq_ignore_ascii_case("key") && prev_qualifies {
             pw_window = 10;
         }
+        // "the twilio auth token on the pods is …": a token qualified as a credential (a bare
+        // "token" is as often an accessor or an id).
+        let token = l.strip_suffix(b":").unwrap_or(l);
+        if matches!(token, b"token" | b"tokens") && (prev_qualifies || prev_token_q) {
+            pw_window = 10;
+        }
+        prev_token_q =
+            matches!(l, b"auth" | b"bot" | b"refresh" | b"bearer" | b"personal" | b"deploy" | b"session");
+        // "TOTP seed …", "MFA setup key (shown once): …": a sentence about a one-time password's
+        // seed.
+        if matches!(token, b"totp" | b"otp" | b"mfa" | b"2fa" | b"seed" | b"authenticator") {
+            pw_window = 10;
+        }
         prev_qualifies = key_qualifier(l);
-        // "the factory creds (root:…)", "reset the admin login to admin / …".
+        // "the factory creds (root:…)", "reset the admin login to admin / …", "tried logging in
+        // with admin / …".
         if login_word(l) {
-            login_window = 10;
+            login_window = 12;
         }
         login_window = login_window.saturating_sub(1);
         let said = if pw_window > 0 {
-            stated_secret(core, |w| strong_credential(w) || password_like(w))
+            // Where the sentence states it, anything that is not a word, a time, a path or a
+            // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
+            let at_value = stated || pre.ends_with(['"', '\'', '`']);
+            stated_secret(core, |w| {
+                strong_credential(w) || password_like(w) || base32_seed(w) || (at_value && stated_value(w))
+            })
         } else if login_window > 0 {
             stated_secret(core, password_like)
         } else {
@@ -2193,7 +2721,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         };
         if let Some(at) = said {
             out.push_str(pre);
-            out.push_str(&core[..at]);
+            // The `user:` before it, unless that is a key id of its own (`AKIA…:…`).
+            match ctx.alone(core[..at].trim_end_matches(':')) {
+                Some(k) => {
+                    let id = ctx.mask(k, &core[..at - 1]);
+                    out.push_str(&id);
+                    out.push(':');
+                }
+                None => out.push_str(&core[..at]),
+            }
             out.push_str(&ctx.mask("secret", &core[at..]));
             out.push_str(post);
             pw_window = 0;
@@ -2244,13 +2780,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some(("secret", !is_password_key(name)));
         }
-        let password = lone && is_password_key(core);
+        let password = lone
+            && (is_password_key(core)
+                || (core.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de"))
+                || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
         bare_key = (lone && is_secret_key(core)).then_some(!password);
         if password {
             // `password Falcon%falcon2566&` (.netrc): a credential-looking next word; and a
             // sentence about a password names it within a few words.
             pending = Some(("secret", true));
             pw_window = 12;
+            pw_line = true;
         } else if matches!(l, b"secret" | b"passphrase") {
             // So for a sentence about another secret ("the VPN shared secret for the DR site
             // is …"); the noun itself, not a name that ends with it (`describe-secret`), nor
@@ -2271,12 +2811,36 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 tf_secret = Some(weak);
             }
         }
-        // `algoliasearch('APP_ID', 'ADMIN_KEY')`: a client whose second argument is its key.
-        if raw.ends_with(',') && CLIENT_CALLS.iter().any(|c| core.starts_with(c)) {
-            pending = Some(("api-key", true));
+        // `new PDO($dsn, 'user', 'password')`, `Client("SK…", "token")`: a call whose n-th
+        // argument is a credential.
+        if let Some(c) = credential_call(raw) {
+            call_arg = Some(c);
+        }
+        // `auth="Bearer at_…"`, `upstream_http_authorization="Basic …"`, `FLY_API_TOKEN="FlyV1
+        // fm2_…"`: a secret's value quoted with a space in it, its first word a scheme (or a
+        // short prefix); the word after it is the credential.
+        if let Some(eq) = raw.find(['=', ':'])
+            && eq > 0
+            && let Some(q) = raw[eq + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))
+            && !raw[eq + 2..].contains(q)
+            && let head = &raw[eq + 2..]
+            && (auth_scheme(head).is_some()
+                || (is_secret_key(&raw[..eq])
+                    && scheme_like(head.trim_end_matches(|c: char| c.is_ascii_digit()))))
+            && rest.starts_with([' ', '\t'])
+        {
+            pending = Some((auth_scheme(head).unwrap_or("secret"), !is_secret_key(&raw[..eq])));
+            out.push_str(raw);
+            continue;
+        }
+        let said = redact_word(core, ctx);
+        // A credential-looking word left as it was: a password if "is … password" follows.
+        if said == core && core.len() >= 10 && (strong_credential(core) || password_like(core)) {
+            let s = out.len() + pre.len();
+            claimed = Some((s, s + core.len(), core.to_owned(), 6));
         }
         out.push_str(pre);
-        out.push_str(&redact_word(core, ctx));
+        out.push_str(&said);
         out.push_str(post);
     }
     out
