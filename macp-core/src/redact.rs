@@ -637,6 +637,8 @@ const PASSWORDS: &[&str] = &[
     "wachtwoord",
     "contraseña",
     "contrasena",
+    // Spanish's everyday word for a Wi-Fi's or a card's password.
+    "clave",
     "senha",
     "mot_de_passe",
     "motdepasse",
@@ -1569,7 +1571,9 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
         // (OpenWeatherMap's `appid`, HubSpot's `hapikey`); a short or numeric one is an id.
         if url
             && let Some((k, v)) = body.split_once('=')
-            && (key_material_name(k) || named(k, &["appid", "app_id"]))
+            && ["key", "appid", "app_id", "app_key", "appkey", "hapikey", "apikey"]
+                .iter()
+                .any(|n| k.eq_ignore_ascii_case(n))
             && random_value(v)
         {
             out.push_str(k);
@@ -1896,6 +1900,56 @@ fn copula(w: &str) -> bool {
     let ascii = |x: &[&str]| x.iter().any(|c| w.eq_ignore_ascii_case(c));
     ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"])
         || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
+}
+
+/// Nouns that turn a sentence about a secret to another thing of it (its name, its policy, a
+/// job that rotates it), whose "is" states that, not the secret.
+fn property_noun(w: &str) -> bool {
+    let w = w.trim_end_matches([':', ',']);
+    [
+        "name",
+        "names",
+        "policy",
+        "policies",
+        "job",
+        "algorithm",
+        "hash",
+        "hashing",
+        "length",
+        "rotation",
+        "format",
+        "type",
+        "field",
+        "id",
+        "manager",
+        "file",
+        "path",
+        "location",
+        "owner",
+        "expiry",
+        "ttl",
+        "prefix",
+        "version",
+        "label",
+        "rule",
+        "rules",
+        "requirement",
+        "requirements",
+        "reset",
+        "history",
+        "strength",
+        "age",
+        "lifetime",
+        "scope",
+        "scopes",
+        "accessor",
+        "endpoint",
+        "url",
+        "store",
+        "provider",
+    ]
+    .iter()
+    .any(|n| w.eq_ignore_ascii_case(n))
 }
 
 /// What a sentence about a password states as it, right after "is" or a label or in quotes:
@@ -2230,6 +2284,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut snmp = false;
     // The last word qualifies a token ("auth token", "bot token").
     let mut prev_token_q = false;
+    // The sentence about a secret went on to another thing of it (see [`property_noun`]).
+    let mut about_other = false;
     // A password's name was on this line (see `stated_next`).
     let mut pw_line = false;
     let mut rest = text;
@@ -2279,6 +2335,18 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             .map_or(start, |i| i + raw[i..].chars().next().map_or(1, char::len_utf8));
         let (pre, core, post) =
             if start < stop { (&raw[..start], &raw[start..stop], &raw[stop..]) } else { (raw, "", "") };
+        // `echo 'X' > ~/.vault_pass`: the echoed word written to a file named for a secret
+        // (`>` is all wrapper, so it is read here).
+        if matches!(raw, ">" | ">>")
+            && rest.split_whitespace().next().is_some_and(|f| {
+                let f = f.to_ascii_lowercase();
+                ["pass", "secret", "token", "key", "cred", "pwd"].iter().any(|t| f.contains(t))
+            })
+            && let Some((s, e, word)) = echoed.take()
+            && out.get(s..e) == Some(word.as_str())
+        {
+            out.replace_range(s..e, &ctx.mask("secret", &word));
+        }
         if core.is_empty() || core.starts_with("[redacted:") {
             // `{{ .Values.apiKey }}` and the like: what follows is a template, not a value.
             pending = None;
@@ -2306,8 +2374,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         let before = std::mem::replace(&mut last, core);
         // A label's `:` only on the line of a password's name ("senha do banco de homologação:
         // …"); elsewhere a colon starts any field (`protocol: TLSv1.3`, `X-Request-Id: …`).
-        let next =
-            copula(core) || (pw_line && core.ends_with(':')) || (stated_next && matches!(core, ":" | "-"));
+        // Not once the sentence is about something of the secret's other than its value ("the
+        // secret name is …", "the password hash algorithm is …", "the API key rotation job is …").
+        if pw_window > 0 && property_noun(core) {
+            about_other = true;
+        }
+        let next = (copula(core) && !about_other)
+            || (pw_line && core.ends_with(':'))
+            || (stated_next && matches!(core, ":" | "-"));
         let stated = std::mem::replace(&mut stated_next, next);
         // "W5M5… is the current root password": the word before "is", once the sentence names
         // a password.
@@ -2489,13 +2563,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if echoed.as_ref().is_some_and(|(s, _, _)| out[*s..].contains('\n')) {
             echoed = None;
         }
-        // `echo 'X' > ~/.vault_pass`: written to a file named for a secret.
-        let to_secret_file = matches!(core, ">" | ">>")
-            && rest.split_whitespace().next().is_some_and(|f| {
-                let f = f.to_ascii_lowercase();
-                ["pass", "secret", "token", "key", "cred", "pwd"].iter().any(|t| f.contains(t))
-            });
-        if (to_secret_file || matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd"))
+        if matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -2686,12 +2754,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // naming a key.
         if core.eq_ignore_ascii_case("key") && prev_qualifies {
             pw_window = 10;
+            about_other = false;
         }
         // "the twilio auth token on the pods is …": a token qualified as a credential (a bare
         // "token" is as often an accessor or an id).
         let token = l.strip_suffix(b":").unwrap_or(l);
         if matches!(token, b"token" | b"tokens") && (prev_qualifies || prev_token_q) {
             pw_window = 10;
+            about_other = false;
         }
         prev_token_q =
             matches!(l, b"auth" | b"bot" | b"refresh" | b"bearer" | b"personal" | b"deploy" | b"session");
@@ -2699,6 +2769,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // seed.
         if matches!(token, b"totp" | b"otp" | b"mfa" | b"2fa" | b"seed" | b"authenticator") {
             pw_window = 10;
+            about_other = false;
         }
         prev_qualifies = key_qualifier(l);
         // "the factory creds (root:…)", "reset the admin login to admin / …", "tried logging in
@@ -2790,12 +2861,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // sentence about a password names it within a few words.
             pending = Some(("secret", true));
             pw_window = 12;
+            about_other = false;
             pw_line = true;
         } else if matches!(l, b"secret" | b"passphrase") {
             // So for a sentence about another secret ("the VPN shared secret for the DR site
             // is …"); the noun itself, not a name that ends with it (`describe-secret`), nor
             // "token" (a token's accessor, an id, is not one).
             pw_window = 10;
+            about_other = false;
         }
         if let Some(weak) = bare_key {
             // The key named as data, its value beside it: `- name: API_TOKEN` then `value: …`,
@@ -3042,6 +3115,94 @@ mod tests {
             r#"File "C:\new\tools\run.py", line 4; echo "aGVsbG8gd29ybGQ=" | base64 -d"#,
         ] {
             assert_eq!(redact_secrets(t), t);
+        }
+    }
+
+    #[test]
+    fn passwords_in_other_languages_stated_values_codes_and_positional_credentials_are_masked() {
+        for (t, secret) in [
+            // Other languages' names, as keys and in sentences; CJK inside a word.
+            ("Das Passwort für den Mailserver ist tannen-zapfen-wolke-771, bitte ändern.", "tannen-zapfen"),
+            ("le mot de passe est Baguette%77lune", "Baguette%77"),
+            ("пароль от базы: Sneg-Veter-4410", "Sneg-Veter"),
+            ("数据库密码是 Qw7mZp2xLk9v", "Qw7mZp2xLk9v"),
+            ("관리자 비밀번호는 Hanok!5521abc 입니다", "Hanok!5521"),
+            ("hasło do serwera: Wisla#7731krakow", "Wisla#7731"),
+            // Where a sentence states it; the word before "is … password".
+            ("the deploy token for the registry is glx-8f7a6b5c4d3e2f1a0b9c", "8f7a6b5c4d3e"),
+            ("Qx81kLmN02pQrS7tUv is the old admin password on the NAS", "Qx81kLmN02pQ"),
+            ("die Zugangsdaten für Grafana: admin / Kiefer#2291wald", "Kiefer#2291"),
+            // Seeds and recovery codes.
+            ("Authenticator secret: JBSWY3DPEHPK3PXP", "JBSWY3DPEHPK"),
+            ("2FA setup key: jbsw y3dp ehpk 3pxp", "y3dp"),
+            ("Your backup codes:\n1234 5678\n8812 0091", "8812"),
+            // Positional credentials.
+            ("ncftp -u uploader,'Rv8!kq2Zp' ftp.vendor.example", "Rv8!kq2Zp"),
+            ("snmpget -v3 -u mon -A Secret-Auth-991 -X Priv-Key-8812 10.0.0.1", "Priv-Key-8812"),
+            (
+                "conn = pymysql.connect(\"db.internal\", \"app_user\", \"Lark-9921-Pine\", \"orders\")",
+                "Lark-9921",
+            ),
+            ("conn = DriverManager.getConnection(url, \"sa\", \"Sql!Srv2019x\");", "Sql!Srv2019x"),
+            ("echo \"7hG2kLp9Qx\" >> secrets/token.txt", "7hG2kLp9Qx"),
+            ("docker login -u ci -p '+Zq8!mW2#xL'", "Zq8!mW2#xL"),
+            // Values a quote, a separator or a space would have cut.
+            ("--from-literal=api-token='a&b9Xk2LmQ7z'", "b9Xk2LmQ7z"),
+            ("SMTP_PASSWORD=Vx9k&*Lm2QzP", "*Lm2QzP"),
+            ("auth=\"Token 9f8e7d6c5b4a39281706f5e4d3c2b1a0\"", "9f8e7d6c5b4a"),
+            // Key material written otherwise; webhook URLs; URL keys; a table's row.
+            (
+                "SIGNING_KEY_HEX=9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                "9f86d081884c",
+            ),
+            ("const key = bytes.fromhex(\"9f86d081884c7d659a2feaa0c55ad015\")", "9f86d081884c"),
+            ("SESSION_KEY=Q8k1aTRWbb7tV0LmDN7mDHZJ2VvMZBf_vEhD8c-x5Zl=", "Q8k1aTRWbb7t"),
+            ("POST https://chat.acme.io/hooks/k3j5h6g7f8d9s0a1q2w3e4r5t6 200", "k3j5h6g7f8d9"),
+            ("curl https://maps.acme.io/api?key=Zx81kLmN02pQrS7tUv9w&z=3", "Zx81kLmN02pQ"),
+            ("| SENTRY_AUTH_TOKEN | 9857107cfa32c9258436 |", "9857107cfa32"),
+        ] {
+            let out = redact_secrets(t);
+            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
+        }
+    }
+
+    #[test]
+    fn properties_of_secrets_references_digests_and_public_keys_are_not_secrets() {
+        for t in [
+            "the secret name is db-creds-v2 in namespace payments",
+            "The password hash algorithm is argon2id-v19 now.",
+            "the password for grafana is in the vault at secret/grafana/admin",
+            "SSL connection (protocol: TLSv1.3, cipher: TLS_AES_256_GCM_SHA384)",
+            "The recovery codes were regenerated on 2024-06-01 by ops.",
+            "Why did the API key auth stop and fall back to basic auth?",
+            "kubectl create secret generic tls --from-file=tls.key=./certs/server.key",
+            "vault kv put secret/db password=@/dev/stdin",
+            "FROM node:20-alpine@sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "  public key: xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=",
+            "integrity sha512-L9DSNZSmmWcYJ0BRzCpX1do2t6JAjp2XFnVravB/QNmk8/WPe1MMG0rT2QJADEoNDtufoQJrzpn0Aukl1CObPw==",
+            "X-Hub-Signature-256: t=1741662847,v1=<hex digest>",
+            "https://api.github.com/repos/acme/app/hooks/49382011 and /docs/webhooks/setup-guide",
+            "curl https://api.acme.io/items?page_key=Zx81kLmN02pQrS7tUv9w&limit=10",
+            "api = Client(\"https://api.acme.io\", \"application/json\")",
+            "$pdo = new PDO($dsn, $user, $pass, $options);",
+            "| key | description |\n| API_TOKEN | the token used by CI |",
+        ] {
+            assert_eq!(redact_secrets(t), t);
+        }
+    }
+
+    #[test]
+    fn a_second_pass_changes_nothing() {
+        for t in [
+            "mysql -uroot -p5Gpq9Df6wWsI -h127.0.0.1 shop",
+            "[url \"https://ghp_P746bazHWDOHfxWJVeDZifCsVQ21JilZjFsa@github.com/\"]",
+            "rabbitmqctl add_user svc 'S3cr3t-pw9' && rabbitmqctl set_permissions -p / svc '.*'",
+            "[smtp.example.net]:587 AKIA5QZB3CK2WJ3CWI37:Bq8x7LmN2pQrS",
+            "curl -sk -u admin:Zq8mW2xLp https://mq:15672/api/queues",
+            "password=[redacted] token=[REDACTED] key=[redacted:api-key] -p[redacted:secret] next",
+        ] {
+            let once = redact_secrets(t);
+            assert_eq!(redact_secrets(&once), once, "{t}");
         }
     }
 
