@@ -689,7 +689,7 @@ fn is_password_key(key: &str) -> bool {
         key,
         &["password", "passwd", "pwd", "pass", "pw", "passphrase", "passcode", "requirepass", "masterauth"],
     ) || named(key, PASSWORDS)
-        || (!key.is_ascii() && CJK_PASSWORDS.iter().any(|p| key.contains(p)))
+        || (!key.is_ascii() && cjk_password(key))
 }
 
 /// `key` (any case; a name of two words also without or with another separator: `secret_key`
@@ -752,14 +752,27 @@ fn is_secret_key(key: &str) -> bool {
     let k = key.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '{' | '[' | '(' | ',' | '\\'));
     // A name that says how the secret is written (`PII_ENCRYPTION_KEY_HEX`, `JWT_SECRET_B64`)
     // names the secret still.
-    let k = ["_hex", "_b64", "_base64", "-hex", "-b64", "-base64", "hex", "base64"]
-        .iter()
-        .find_map(|s| {
-            let cut = k.len().checked_sub(s.len())?;
-            (cut > 0 && k.is_char_boundary(cut) && k[cut..].eq_ignore_ascii_case(s)).then(|| &k[..cut])
-        })
-        .unwrap_or(k);
-    !k.is_empty() && (named(k, SECRET_KEYS) || is_password_key(k)) && !named(k, NOT_SECRET_TOKENS)
+    // (Looked for only when the name ends as those do: this runs for every word.)
+    let k = if k.ends_with(['x', 'X', '4']) {
+        ["_hex", "_b64", "_base64", "-hex", "-b64", "-base64", "hex", "base64"]
+            .iter()
+            .find_map(|s| {
+                let cut = k.len().checked_sub(s.len())?;
+                (cut > 0 && k.is_char_boundary(cut) && k[cut..].eq_ignore_ascii_case(s)).then(|| &k[..cut])
+            })
+            .unwrap_or(k)
+    } else {
+        k
+    };
+    // SECRET_KEYS holds the English names of passwords; other languages' are looked for after.
+    !k.is_empty()
+        && (named(k, SECRET_KEYS) || named(k, PASSWORDS) || (!k.is_ascii() && cjk_password(k)))
+        && !named(k, NOT_SECRET_TOKENS)
+}
+
+/// `w` holds one of [`CJK_PASSWORDS`].
+fn cjk_password(w: &str) -> bool {
+    CJK_PASSWORDS.iter().any(|p| w.contains(p))
 }
 
 /// Tokens that are not credentials: an API's pagination cursor (`next_page_token`,
@@ -1898,7 +1911,7 @@ fn login_word(l: &[u8]) -> bool {
 /// word ending with its topic or copula particle (`…は`, `…是`, `…는`).
 fn copula(w: &str) -> bool {
     let ascii = |x: &[&str]| x.iter().any(|c| w.eq_ignore_ascii_case(c));
-    ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"])
+    (w.len() <= 4 && ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"]))
         || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
 }
 
@@ -2908,7 +2921,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         let said = redact_word(core, ctx);
         // A credential-looking word left as it was: a password if "is … password" follows.
-        if said == core && core.len() >= 10 && (strong_credential(core) || password_like(core)) {
+        // (The next word is looked at first: this runs for every long word.)
+        let next_is = || {
+            let n = rest.trim_start_matches([' ', '\t']);
+            copula(&n[..n.find(char::is_whitespace).unwrap_or(n.len())])
+        };
+        if core.len() >= 10 && said == core && next_is() && (strong_credential(core) || password_like(core)) {
             let s = out.len() + pre.len();
             claimed = Some((s, s + core.len(), core.to_owned(), 6));
         }
