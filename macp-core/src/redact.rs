@@ -2363,6 +2363,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.is_empty() || core.starts_with("[redacted:") {
             // `{{ .Values.apiKey }}` and the like: what follows is a template, not a value.
             pending = None;
+            // A placeholder is an argument of a credential call too: in the secret's place it
+            // is the secret (the next argument is not), before it its commas count.
+            call_arg = call_arg.and_then(|(left, key)| {
+                let commas = raw.matches(',').count();
+                (left > 0 && !raw.contains([')', ';'])).then(|| (left.saturating_sub(commas), key))
+            });
             out.push_str(raw);
             continue;
         }
@@ -2373,6 +2379,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // are read as words of their own.
         if let Some(m) = marker_at(raw) {
             pending = None;
+            call_arg = None;
             bare_key = None;
             positional = None;
             after_echo = false;
@@ -3233,5 +3240,14 @@ mod tests {
         ] {
             assert_eq!(redact_secrets(t), t);
         }
+    }
+
+    #[test]
+    fn a_placeholder_in_a_credential_calls_secret_place_is_that_argument() {
+        let t = r#"var cred = new NetworkCredential("svc_reports", "Wq7=pLm9Rt4Kw8zX", "CORP");"#;
+        let once = redact_secrets(t);
+        assert!(!once.contains("Wq7=pLm9Rt4Kw8zX") && once.contains(r#""CORP""#), "{once}");
+        // The second pass must not take the argument after the placeholder for the secret.
+        assert_eq!(redact_secrets(&once), once);
     }
 }

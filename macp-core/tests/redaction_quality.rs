@@ -13,9 +13,9 @@
 //!   (an innocent text changed) in every set.
 //! - Every text is redacted twice: the second pass must change nothing. Text that already holds
 //!   the redactor's own placeholders (a note pasted back, a row edited) is stored as it is.
-//! - No set is held out now: every one above has been tuned on, so their figures say nothing
-//!   about secrets the rules were not written for. The next honest figure comes from a new set
-//!   written blind, measured once as written (its place is marked at the end of this file).
+//! - `redaction-eighth.jsonl`, written the same way and never tuned against: the honest figure
+//!   (recall 0.869, false positives 2.26% when added, after the tuning on the seventh), held to
+//!   that level as a regression floor.
 
 use macp_core::redact::{Redactions, Redactor};
 
@@ -134,18 +134,28 @@ fn the_redactor_reaches_its_goal_on_the_development_sets() {
     assert!(recall >= 0.98, "recall {recall:.4} < 0.98");
 }
 
-// The never-tuned set goes here. The last one, `redaction-seventh.jsonl` (recall 0.9025, 324 of
-// 359 secrets; false positives 1.87%, 7 of 375 innocent texts, measured once as written after
-// the tuning on the sixth), is now a development set above. The eighth, written blind, is
-// measured once as written when it arrives: keep that figure in BENCHMARKS.md, and hold it to
-// that level as a regression floor (rounded down, as the seventh's was: recall 0.90, false
-// positives 1.9%):
-//
-// #[test]
-// fn the_redactor_holds_its_level_on_the_never_tuned_set() {
-//     let s = measure("eighth", include_str!("redaction-eighth.jsonl"));
-//     assert!(s.recall() >= NEVER_TUNED_RECALL, "eighth: recall {:.4} fell", s.recall());
-//     assert!(s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES, "eighth: false positives rose");
-// }
-// const NEVER_TUNED_RECALL: f64 = …;
-// const NEVER_TUNED_FALSE_POSITIVES: f64 = …;
+/// The never-tuned set, `redaction-eighth.jsonl`: written by someone who had not read the rules
+/// nor any other set, and measured once as written (BENCHMARKS.md keeps the figures). It is
+/// held to that level as a regression floor; tuning on it would make it one more development
+/// set, and the next honest figure would need a new blind set.
+#[test]
+fn the_redactor_holds_its_level_on_the_never_tuned_set() {
+    let s = measure("eighth", include_str!("redaction-eighth.jsonl"));
+    assert!(
+        s.recall() >= NEVER_TUNED_RECALL,
+        "eighth: recall {:.4} fell below {NEVER_TUNED_RECALL}",
+        s.recall()
+    );
+    assert!(
+        s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES,
+        "eighth: false positives {:.2}% rose above {:.2}%",
+        s.false_positives() * 100.0,
+        NEVER_TUNED_FALSE_POSITIVES * 100.0
+    );
+}
+
+/// What the eighth set measured when it was added, after the tuning on the seventh (recall
+/// 0.8692: 299 of 344 secrets; false positives 2.26%: 9 of 399 innocent texts changed), rounded
+/// to the floor it is held to.
+const NEVER_TUNED_RECALL: f64 = 0.86;
+const NEVER_TUNED_FALSE_POSITIVES: f64 = 0.023;
