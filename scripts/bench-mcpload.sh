@@ -95,7 +95,8 @@ start() {
   echo "server $name did not start"; cat "$work/$name.log"; exit 1
 }
 
-# load WORKLOAD CLIENTS [N]: one mcpload run; prints "calls/s p50 p99 errors lost".
+# load WORKLOAD CLIENTS [N]: one mcpload run; prints "calls/s p50 p99 errors lost calls
+# client-CPU-µs-per-call".
 load() {
   local n=${3:+-n $3}
   # A run that fails prints its own error instead of a summary: show it, and stop.
@@ -103,7 +104,7 @@ load() {
     echo "mcpload failed on $1:" >&2; cat "$work/mcpload.err" "$work/mcpload.out" >&2; exit 1
   fi
   tail -n 1 "$work/mcpload.out" \
-    | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d["latency_ms"]; print(d["calls_per_s"], l["p50"], l["p99"], d["errors"], d.get("lost_writes", 0))'
+    | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); l=d["latency_ms"]; print(d["calls_per_s"], l["p50"], l["p99"], d["errors"], d.get("lost_writes", 0), d["calls"], round(d["client_cpu_us_per_call"]))'
 }
 
 # server_ms LOG TOOL: median of the server's own time for the tool's calls.
@@ -115,28 +116,39 @@ print(f"{ms[len(ms)//2]:.3f}" if ms else "nan")
 PY
 }
 
+# cpu_us PID: the process's CPU time so far (user + system), in µs.
+cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.0f", ($14 + $15) * 1000000 / hz}' "/proc/$1/stat"; }
+# per_call BEFORE PID CALLS: the process's CPU per call since BEFORE, in µs.
+per_call() { echo $(( ($(cpu_us "$2") - $1) / $3 )); }
+
 rss_mb() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
-row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$@"; }
 
 echo "## mcpload against the release binary, $(date -u +%Y-%m-%d), $(nproc) cores"
 echo
-echo "| what | clients | calls/s | median ms | p99 ms | errors / lost |"
-echo "|---|---|---|---|---|---|"
-"$B/echo-server" >"$work/echo.url" & pids+=($!)
+# CPU per call, client and server, says what a goal would need: one client waits for each answer,
+# so its calls/s cannot pass 1 / (client CPU + server CPU + the wire), and on two shared cores
+# many clients cannot pass 2 s / (client CPU + server CPU) per second.
+echo "| what | clients | calls/s | median ms | p99 ms | errors / lost | client CPU µs/call | server CPU µs/call |"
+echo "|---|---|---|---|---|---|---|---|"
+row() { printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$@"; }
+"$B/echo-server" >"$work/echo.url" & pid=$!; pids+=("$pid")
 sleep 0.5
 url=$(cat "$work/echo.url")
-read -r cps p50 p99 err lost < <(load "$W/echo-note.json" 1)
-row "floor: echo-server \`note\`" 1 "$cps" "$p50" "$p99" "$err / $lost"
+c0=$(cpu_us "$pid")
+read -r cps p50 p99 err lost calls ccpu < <(load "$W/echo-note.json" 1)
+row "floor: echo-server \`note\`" 1 "$cps" "$p50" "$p99" "$err / $lost" "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
 for c in 1 8; do
   start "post$c"
-  read -r cps p50 p99 err lost < <(load "$W/macp-post-finding.json" "$c" $((c == 1 ? 4000 : 16000)))
-  row "\`post_finding\` (durable, indexed inline)" "$c" "$cps" "$p50" "$p99" "$err / $lost"
+  c0=$(cpu_us "$pid")
+  read -r cps p50 p99 err lost calls ccpu < <(load "$W/macp-post-finding.json" "$c" $((c == 1 ? 4000 : 16000)))
+  row "\`post_finding\` (durable, indexed inline)" "$c" "$cps" "$p50" "$p99" "$err / $lost" "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
 start summary
-read -r cps p50 p99 err lost < <(load "$W/macp-room-summary.json" 1 4000)
-row "\`get_room_summary\`" 1 "$cps" "$p50" "$p99" "$err / $lost"
+c0=$(cpu_us "$pid")
+read -r cps p50 p99 err lost calls ccpu < <(load "$W/macp-room-summary.json" 1 4000)
+row "\`get_room_summary\`" 1 "$cps" "$p50" "$p99" "$err / $lost" "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 
 echo
@@ -144,18 +156,20 @@ echo "### One room of 100,000 findings"
 echo
 start big
 t0=$(date +%s)
-read -r cps p50 p99 err lost < <(load "$W/macp-post-finding.json" 8 100000)
+read -r cps p50 p99 err lost _ _ < <(load "$W/macp-post-finding.json" 8 100000)
 echo "Loaded with 8 clients in $(( $(date +%s) - t0 )) s: $cps posts/s, p50 $p50 ms, p99 $p99 ms, errors $err, lost $lost; RSS $(rss_mb "$pid") MB before any search."
 echo
-echo "| call | median ms | p99 ms | server median ms | added by MCP ms |"
-echo "|---|---|---|---|---|"
+echo "| call | median ms | p99 ms | server median ms | added by MCP ms | client CPU µs/call | server CPU µs/call |"
+echo "|---|---|---|---|---|---|---|"
 for w in search-common search-note room-context updates-page updates-idle; do
   cp "$work/big.log" "$work/before.log"
-  read -r cps p50 p99 err lost < <(load "$L/$w.json" 1)
+  c0=$(cpu_us "$pid")
+  read -r cps p50 p99 err lost calls ccpu < <(load "$L/$w.json" 1)
   tool=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["call"]["tool"])' "$L/$w.json")
   tail -n +"$(( $(wc -l <"$work/before.log") + 1 ))" "$work/big.log" >"$work/part.log"
   s=$(server_ms "$work/part.log" "$tool")
-  printf '| `%s` | %s | %s | %s | %s |\n' "$w" "$p50" "$p99" "$s" "$(python3 -c "print(f'{$p50 - $s:.3f}')")"
+  printf '| `%s` | %s | %s | %s | %s | %s | %s |\n' "$w" "$p50" "$p99" "$s" "$(python3 -c "print(f'{$p50 - $s:.3f}')")" \
+    "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
 done
 echo
 echo "RSS with the room's search indexes loaded: $(rss_mb "$pid") MB."
@@ -172,7 +186,7 @@ restart() {
     url=$(grep -m1 -o 'http://[^ ]*/mcp' "$work/big2.log" || true); [ -n "$url" ] && break; sleep 0.005
   done
   t1=$(date +%s%N)
-  read -r cps p50 p99 err lost < <(load "$L/search-common.json" 1 1)
+  read -r cps p50 p99 err lost _ _ < <(load "$L/search-common.json" 1 1)
   echo "After a restart ($1): listening $(( (t1 - t0) / 1000000 )) ms after the start; the first search answered in $p50 ms after that; $(python3 -c '
 import json,sys
 for l in open(sys.argv[1]):
