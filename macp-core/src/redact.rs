@@ -390,6 +390,10 @@ struct Ctx<'a> {
     configmap: bool,
     /// Reading text decoded from base64 inside another: not decoded again.
     nested: bool,
+    /// How many [`redact_word`] calls are under way (a URL's host, the rest after a JWT, the
+    /// pieces around a placeholder are read as words again): bounded so no word, however
+    /// built, can recurse deep enough to overflow a worker's stack.
+    depth: u8,
 }
 
 impl<'a> Ctx<'a> {
@@ -399,7 +403,7 @@ impl<'a> Ctx<'a> {
         // bytes: a 40-character piece of it is not taken for an AWS secret key by shape alone.
         let configmap = (text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
             && !text.contains("kind: Secret");
-        Ctx { off, found, jwk, configmap, nested }
+        Ctx { off, found, jwk, configmap, nested, depth: 0 }
     }
 
     /// The kind of secret `w` is by its shape alone, no key naming it ([`secret_kind`]), but
@@ -1394,8 +1398,10 @@ fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
         base64::engine::GeneralPurposeConfig::new()
             .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
     );
+    // Decoded text is redacted again, so a long word costs a second pass over it: a real
+    // encoded secret (a connection string, a `.dockerconfigjson`) is far shorter than 4 KiB.
     if ctx.nested
-        || !(16..=16_384).contains(&w.len())
+        || !(16..=4096).contains(&w.len())
         || !w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
     {
         return None;
@@ -1481,8 +1487,24 @@ fn around_markers(w: &str, m: usize, ctx: &mut Ctx<'_>) -> String {
     out
 }
 
+/// Nested [`redact_word`] calls allowed: real words nest two or three (a URL in a URL). What a
+/// word built to nest deeper still holds (`https://a:b@https://a:b@…`, a host after a
+/// password each time) is masked whole: it may hold a password, and left as it was a second
+/// pass, reading the pieces between the placeholders afresh, would mask it then.
+const MAX_WORD_DEPTH: u8 = 12;
+
 /// One word (no whitespace, wrappers removed) with the secrets in it masked.
 fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
+    if ctx.depth >= MAX_WORD_DEPTH {
+        return ctx.mask(ctx.alone(w).unwrap_or("secret"), w);
+    }
+    ctx.depth += 1;
+    let out = redact_word_at(w, ctx);
+    ctx.depth -= 1;
+    out
+}
+
+fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     if crypt_hash(w) {
         return ctx.mask("secret", w);
     }
@@ -1543,16 +1565,27 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
     let mut rest = w;
     // `?` starts a query only in a URL or a path (a password may hold one).
     let url = w.contains('/');
+    // The next `&`, `;` or `,` and the next `=`/`:` before a quote, as offsets into `w`: found
+    // once and reused until passed, so the pieces of a long word (16 KiB of `?/`) are not each
+    // a scan of everything after them.
+    let (mut sep_at, mut quote_at) = (None::<usize>, None::<usize>);
     while !rest.is_empty() {
+        let at = w.len() - rest.len();
+        if sep_at.is_none_or(|k| k < at) {
+            sep_at = Some(rest.find(['&', ';', ',']).map_or(w.len(), |k| at + k));
+        }
+        if quote_at.is_none_or(|k| k < at) {
+            let q = rest.as_bytes().windows(2).position(|p| matches!(p, [b'=' | b':', b'"' | b'\'']));
+            quote_at = Some(q.map_or(w.len(), |k| at + k));
+        }
         // A quoted value runs to its closing quote, separators and all
         // (`PASSPHRASE='Orbit&velvet6289'`, `"key":"a,b"`), or to the word's end when that quote
         // was taken off as a wrapper.
         // The quote may follow a chain of names (`--from-literal=password='8&Fx…'`).
-        let stop = rest.find(['&', ';', ',']).unwrap_or(rest.len());
-        let from = rest[..stop]
-            .match_indices(['=', ':'])
-            .map(|(k, _)| k)
-            .find(|k| matches!(rest.as_bytes().get(k + 1), Some(b'"' | b'\'')))
+        let stop = sep_at.map_or(rest.len(), |k| k - at);
+        let from = quote_at
+            .map(|k| k - at)
+            .filter(|k| *k < stop)
             .and_then(|k| {
                 let q = rest[k + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))?;
                 let end = rest[k + 2..].find(q).map_or(rest.len(), |c| k + 2 + c + 1);
@@ -1611,11 +1644,12 @@ fn random_value(v: &str) -> bool {
         && !dummy(v)
 }
 
-/// `name=` at the start of `s` (a name of letters, digits, `_`, `.` or `-`).
+/// `name=` at the start of `s` (a name of letters, digits, `_`, `.` or `-`). Read only as far
+/// as the name goes: this runs once per separator in a value.
 fn starts_pair(s: &str) -> bool {
-    s.find(['=', ':']).is_some_and(|k| {
-        k > 0 && s[..k].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b' '))
-    })
+    let name =
+        s.bytes().take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b' ')).count();
+    name > 0 && matches!(s.as_bytes().get(name), Some(b'=' | b':'))
 }
 
 /// Pairs joined by `;` or `&` (`a=1;b=2`): a name of letters, digits, `_`, `-` or `.` before
@@ -1662,87 +1696,128 @@ fn setter(w: &str, ctx: &mut Ctx<'_>) -> Option<String> {
 
 /// `key=value` or `key:value` with the value masked when the key names a secret or the value is
 /// one; anything else as it was (with any pair inside the value looked into).
-fn pair(body: &str, ctx: &mut Ctx<'_>) -> String {
-    if let Some(p) = pgpass(body, ctx) {
-        return p;
-    }
-    // Base64's padding (`…CObPw==`) is not a key and its value.
-    let Some(i) = body
-        .find(['=', ':'])
-        .filter(|i| *i > 0 && i + 1 < body.len() && !body[*i..].bytes().all(|b| b == b'='))
-    else {
-        return match ctx.alone(body) {
-            Some(k) => ctx.mask(k, body),
-            None => inside(body, ctx),
+///
+/// A loop, not recursion: a value that is itself a pair (`a=b=c`, `a:{b:{c`, what follows a
+/// quoted value) is read in the next turn. Recursing once per `=` or `{` overflowed a 2 MiB
+/// worker stack on 8 KiB of `a=a=a=…`, aborting the whole server. The turns are bounded too
+/// ([`MAX_PAIR_DEPTH`]): each reads the whole value left, so a chain of thousands was quadratic.
+fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
+    let mut out = String::with_capacity(word.len());
+    // Every `body` below is a suffix of `word`, so where `=`s and `:`s sit is known from the
+    // start: asking each suffix again (`value.contains('=')`, pgpass's count of colons) made
+    // a long chain quadratic.
+    let last_eq = word.rfind('=');
+    let mut colons = word.bytes().filter(|b| *b == b':').count();
+    let mut body = word;
+    for _ in 0..MAX_PAIR_DEPTH {
+        let at = word.len() - body.len();
+        if let Some(p) = if colons >= 4 { pgpass(body, ctx) } else { None } {
+            out.push_str(&p);
+            return out;
+        }
+        // Base64's padding (`…CObPw==`) is not a key and its value.
+        let Some(i) = body
+            .find(['=', ':'])
+            .filter(|i| *i > 0 && i + 1 < body.len() && !body[*i..].bytes().all(|b| b == b'='))
+        else {
+            match ctx.alone(body) {
+                Some(k) => out.push_str(&ctx.mask(k, body)),
+                None => out.push_str(&inside(body, ctx)),
+            }
+            return out;
         };
-    };
-    let (key, value) = (&body[..i], &body[i + 1..]);
-    // Ruby's `"password"=>"…"`.
-    let (i, value) = match value.strip_prefix('>') {
-        Some(v) if !v.is_empty() => (i + 1, v),
-        _ => (i, value),
-    };
-    let quote = &value[..value.chars().next().map_or(0, char::len_utf8)];
-    let quoted = quote == "\"" || quote == "'";
-    // A quoted value ends at its closing quote; what follows is the object's (`"…"}` in
-    // `{"data":{"password":"…"}}`).
-    let (value, after) = match value.get(1..).and_then(|v| v.find(quote)).filter(|_| quoted) {
-        Some(k) => value.split_at(k + 2),
-        None => (value, ""),
-    };
-    let bare = value.trim_matches(|c| c == '"' || c == '\'');
-    let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) {
-        value_of_key(value, !is_password_key(key), ctx)
-    } else if key_material_name(key) && key_material(bare) {
-        Some(ctx.mask("secret", bare))
-    } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
-        // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs): both, as
-        // the key id alone would be (and a second pass, reading it beside the placeholder, would).
-        let id = ctx.mask("aws-access-key", key);
-        return format!("{id}{}{}", &body[i..=i], ctx.mask("aws-secret-key", value));
-    } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
-        // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
-        Some(format!("{}{}", ctx.mask("secret", hash), &value[hash.len()..]))
-    } else if let Some((pass, host)) = value.split_once('@')
-        && body.as_bytes()[i] == b':'
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-        && !pass.contains('/')
-        && credential_like(pass)
-        && !digest(host)
-    {
-        // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
-        // `name:tag@sha256:…`.
-        Some(format!("{}@{host}", ctx.mask("secret", pass)))
-    } else {
-        ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).map(|k| ctx.mask(k, bare))
-    };
-    match masked {
-        Some(m) => {
-            let close = if quoted && value.len() > 1 && value.ends_with(quote) { quote } else { "" };
-            format!("{}{}{m}{close}{}", &body[..=i], if quoted { quote } else { "" }, pair_rest(after, ctx))
-        }
-        // `--from-literal=password=…`, `//registry.npmjs.org/:_authToken=…`; a value with no
-        // `=` is not looked into (an ARN is colons all the way); nor is an object's
-        // (`"data":{"password":"…"}` on one line).
-        None if value.contains('=') && after.is_empty() => format!("{}{}", &body[..=i], pair(value, ctx)),
-        None if value.len() > 1 && value.starts_with('{') && after.is_empty() => {
-            format!("{}{{{}", &body[..=i], pair(&value[1..], ctx))
-        }
-        None => inside(body, ctx),
+        let (key, value) = (&body[..i], &body[i + 1..]);
+        // Ruby's `"password"=>"…"`.
+        let (i, value) = match value.strip_prefix('>') {
+            Some(v) if !v.is_empty() => (i + 1, v),
+            _ => (i, value),
+        };
+        let quote = &value[..value.chars().next().map_or(0, char::len_utf8)];
+        let quoted = quote == "\"" || quote == "'";
+        // A quoted value ends at its closing quote; what follows is the object's (`"…"}` in
+        // `{"data":{"password":"…"}}`).
+        let (value, after) = match value.get(1..).and_then(|v| v.find(quote)).filter(|_| quoted) {
+            Some(k) => value.split_at(k + 2),
+            None => (value, ""),
+        };
+        let bare = value.trim_matches(|c| c == '"' || c == '\'');
+        let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) {
+            value_of_key(value, !is_password_key(key), ctx)
+        } else if key_material_name(key) && key_material(bare) {
+            Some(ctx.mask("secret", bare))
+        } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
+            // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs): both, as
+            // the key id alone would be (and a second pass, reading it beside the placeholder, would).
+            let id = ctx.mask("aws-access-key", key);
+            out.push_str(&format!("{id}{}{}", &body[i..=i], ctx.mask("aws-secret-key", value)));
+            return out;
+        } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
+            // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
+            Some(format!("{}{}", ctx.mask("secret", hash), &value[hash.len()..]))
+        } else if let Some((pass, host)) = value.split_once('@')
+            && body.as_bytes()[i] == b':'
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && !pass.contains('/')
+            && credential_like(pass)
+            && !digest(host)
+        {
+            // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
+            // `name:tag@sha256:…`.
+            Some(format!("{}@{host}", ctx.mask("secret", pass)))
+        } else {
+            ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).map(|k| ctx.mask(k, bare))
+        };
+        let value_at = word.len() - value.len() - after.len();
+        let next = match masked {
+            Some(m) => {
+                let close = if quoted && value.len() > 1 && value.ends_with(quote) { quote } else { "" };
+                out.push_str(&body[..=i]);
+                out.push_str(if quoted { quote } else { "" });
+                out.push_str(&m);
+                out.push_str(close);
+                // What follows a quoted value in the same piece (`}`, `}}`): looked into only
+                // if it holds a pair of its own.
+                if !after.contains(['=', ':']) {
+                    out.push_str(after);
+                    return out;
+                }
+                after
+            }
+            // `--from-literal=password=…`, `//registry.npmjs.org/:_authToken=…`; a value with no
+            // `=` is not looked into (an ARN is colons all the way); nor is an object's
+            // (`"data":{"password":"…"}` on one line).
+            None if last_eq.is_some_and(|e| e >= value_at) && after.is_empty() => {
+                out.push_str(&body[..=i]);
+                value
+            }
+            None if value.len() > 1 && value.starts_with('{') && after.is_empty() => {
+                out.push_str(&body[..=i]);
+                out.push('{');
+                &value[1..]
+            }
+            None => {
+                out.push_str(&inside(body, ctx));
+                return out;
+            }
+        };
+        let skipped = word.len() - next.len() - at;
+        colons -= body[..skipped].bytes().filter(|b| *b == b':').count();
+        body = next;
     }
+    // Deeper than any real value nests: known shapes only.
+    out.push_str(&inside(body, ctx));
+    out
 }
+
+/// Pairs read inside one another (`--from-literal=password=…` is two; a JSON object on one
+/// line one per level).
+const MAX_PAIR_DEPTH: usize = 16;
 
 /// A content digest, `sha256:<hex>` (an image reference's `@sha256:…`).
 fn digest(w: &str) -> bool {
     w.split_once(':').is_some_and(|(alg, d)| {
         alg.starts_with("sha") && d.len() >= 32 && d.bytes().all(|b| b.is_ascii_hexdigit())
     })
-}
-
-/// What follows a quoted value in the same piece (`}`, `}}`): looked into only if it holds a
-/// pair of its own.
-fn pair_rest(after: &str, ctx: &mut Ctx<'_>) -> String {
-    if after.contains(['=', ':']) { pair(after, ctx) } else { after.to_owned() }
 }
 
 /// Known token shapes inside a word of code or markup (`('sk_live_…',`, `"SG.…")`): the pieces
@@ -2232,6 +2307,19 @@ pub fn redact_secrets(text: &str) -> String {
     Redactor::new().secrets(text.to_owned(), &mut Redactions::default())
 }
 
+/// `out[s..e]` replaced by `m`, and `later`, another span stored into `out` (a claimed or an
+/// echoed word), moved with the text when it lies after the replaced one: an offset left as it
+/// was points into the wrong word, or past a char boundary or the end (a panic).
+fn replace_span(out: &mut String, (s, e): (usize, usize), m: &str, later: Option<(&mut usize, &mut usize)>) {
+    out.replace_range(s..e, m);
+    if let Some((ls, le)) = later
+        && *ls >= e
+    {
+        *ls = *ls + m.len() - (e - s);
+        *le = *le + m.len() - (e - s);
+    }
+}
+
 fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut out = String::with_capacity(text.len());
     // The next word is a secret of this kind (after `password:`, or `Authorization: Basic`);
@@ -2320,6 +2408,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             snmp = false;
             pw_line = false;
             claimed = None;
+            // An echoed word is read as a password only on its own line (`echo … | sudo -S`).
+            echoed = None;
             if codes == 1 {
                 codes = 2;
             }
@@ -2358,7 +2448,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && let Some((s, e, word)) = echoed.take()
             && out.get(s..e) == Some(word.as_str())
         {
-            out.replace_range(s..e, &ctx.mask("secret", &word));
+            let m = ctx.mask("secret", &word);
+            replace_span(&mut out, (s, e), &m, claimed.as_mut().map(|c| (&mut c.0, &mut c.1)));
         }
         if core.is_empty() || core.starts_with("[redacted:") {
             // `{{ .Values.apiKey }}` and the like: what follows is a template, not a value.
@@ -2408,7 +2499,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if let Some((s, e, word, n)) = claimed.take() {
             if is_password_key(core) && out.get(s..e) == Some(word.as_str()) {
                 let m = ctx.mask("secret", &word);
-                out.replace_range(s..e, &m);
+                replace_span(&mut out, (s, e), &m, echoed.as_mut().map(|c| (&mut c.0, &mut c.1)));
             } else if n > 1 && (n < 6 || copula(core)) {
                 claimed = Some((s, e, word, n - 1));
             }
@@ -2580,15 +2671,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         pw_window = pw_window.saturating_sub(1);
-        if echoed.as_ref().is_some_and(|(s, _, _)| out[*s..].contains('\n')) {
-            echoed = None;
-        }
         if matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
         {
-            out.replace_range(s..e, &ctx.mask("secret", &word));
+            let m = ctx.mask("secret", &word);
+            replace_span(&mut out, (s, e), &m, claimed.as_mut().map(|c| (&mut c.0, &mut c.1)));
         }
         if std::mem::take(&mut after_echo) && secret_value(core, false) && !core.starts_with('-') {
             let s = out.len() + pre.len();
@@ -3249,5 +3338,51 @@ mod tests {
         assert!(!once.contains("Wq7=pLm9Rt4Kw8zX") && once.contains(r#""CORP""#), "{once}");
         // The second pass must not take the argument after the placeholder for the secret.
         assert_eq!(redact_secrets(&once), once);
+    }
+
+    /// A worker thread's stack, as the server gives tokio's workers.
+    fn on_a_worker_stack(t: String) -> String {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || redact_secrets(&t))
+            .unwrap()
+            .join()
+            .expect("the redactor returns on a 2 MiB stack")
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow_the_stack() {
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode("a=".repeat(6000));
+        // 16 KiB each: a chain of pairs, of objects, base64 of a chain (decoded and read again),
+        // URLs in URLs.
+        for t in
+            ["a=".repeat(8192), "a:{".repeat(5462), "{a:".repeat(5462), encoded, "x://u:p@h/".repeat(1640)]
+        {
+            let once = on_a_worker_stack(t);
+            on_a_worker_stack(once);
+        }
+    }
+
+    #[test]
+    fn a_word_masked_before_an_echo_does_not_move_the_echoed_offset() {
+        for t in ["Abcdefgh1234567890 is echo 日 password", "Ab1234567890123456789012 is echo x1 password"] {
+            let once = redact_secrets(t);
+            assert!(once.starts_with("[redacted:secret] is echo"), "{once}");
+            assert_eq!(redact_secrets(&once), once);
+        }
+    }
+
+    #[test]
+    fn a_chain_of_pairs_is_still_read_to_its_last_value() {
+        assert_eq!(
+            redact_secrets("--from-literal=password=Xy7pQ2w9"),
+            "--from-literal=password=[redacted:secret]"
+        );
+        assert_eq!(
+            redact_secrets(r#"{"data":{"password":"Xy7pQ2w9"}}"#),
+            r#"{"data":{"password":"[redacted:secret]"}}"#
+        );
+        assert_eq!(redact_secrets("a:{b:{password:Xy7pQ2w9"), "a:{b:{password:[redacted:secret]");
     }
 }
