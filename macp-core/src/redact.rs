@@ -1462,6 +1462,26 @@ fn secret_value(v: &str, weak: bool) -> bool {
     !v.is_empty() && !word && !number
 }
 
+/// `s` with its placeholders taken out: their kinds (`[redacted:api-key]`, `…:secret]`) are
+/// this redactor's words, not the author's, and name no secret.
+fn without_placeholders(s: &str) -> std::borrow::Cow<'_, str> {
+    let Some(mut m) = marker_at(s) else {
+        return s.into();
+    };
+    let mut out = String::with_capacity(s.len());
+    let mut at = 0;
+    loop {
+        out.push_str(&s[at..at + m]);
+        at = s[at + m..].find(']').map_or(s.len(), |e| at + m + e + 1);
+        match marker_at(&s[at..]) {
+            Some(n) => m = n,
+            None => break,
+        }
+    }
+    out.push_str(&s[at..]);
+    out.into()
+}
+
 /// Where a placeholder (`[redacted…]`, `[REDACTED…]`) starts in `w`, if one does.
 fn marker_at(w: &str) -> Option<usize> {
     // Cheap first: most words hold no `[`.
@@ -1730,7 +1750,12 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         // Ruby's `"password"=>"…"`.
         let (i, value) = match value.strip_prefix('>') {
             Some(v) if !v.is_empty() => (i + 1, v),
-            _ => (i, value),
+            // `passwd=>` before a placeholder: a key whose value is elsewhere, not `>`.
+            Some(_) => {
+                out.push_str(&inside(body, ctx));
+                return out;
+            }
+            None => (i, value),
         };
         let quote = &value[..value.chars().next().map_or(0, char::len_utf8)];
         let quoted = quote == "\"" || quote == "'";
@@ -2158,7 +2183,8 @@ fn shell_command(line: &str) -> Option<&str> {
 /// `aws secretsmanager get-secret-value …`), one that decodes base64 (`kubectl get secret … |
 /// base64 -d`), or one that makes a new secret (`openssl rand -hex 32`, `pwgen`).
 fn reveals_secret(cmd: &str) -> bool {
-    let l = cmd.to_ascii_lowercase();
+    // A placeholder's kind (`echo [redacted:aws-access-key]`) names no secret read.
+    let l = without_placeholders(cmd).to_ascii_lowercase();
     let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
     let makes = l.contains("openssl rand") || l.starts_with("pwgen") || l.contains("rails secret");
     let first = l.split_whitespace().find(|w| *w != "sudo").unwrap_or("");
@@ -2442,7 +2468,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (`>` is all wrapper, so it is read here).
         if matches!(raw, ">" | ">>")
             && rest.split_whitespace().next().is_some_and(|f| {
-                let f = f.to_ascii_lowercase();
+                let f = without_placeholders(f).to_ascii_lowercase();
                 ["pass", "secret", "token", "key", "cred", "pwd"].iter().any(|t| f.contains(t))
             })
             && let Some((s, e, word)) = echoed.take()
@@ -2450,6 +2476,32 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             let m = ctx.mask("secret", &word);
             replace_span(&mut out, (s, e), &m, claimed.as_mut().map(|c| (&mut c.0, &mut c.1)));
+        }
+        // A placeholder, alone or inside a word, is read as the secret this redactor masked in
+        // its place was: a secret just masked, which closes the sentence about it and ends
+        // what the words before it were waiting for. Both branches below must leave the same
+        // state, or a second pass over the output reads on as the first did not (and masks
+        // the next word).
+        macro_rules! as_a_masked_secret {
+            () => {
+                pending = None;
+                bare_key = None;
+                positional = None;
+                after_echo = false;
+                echoed = None;
+                user_flag = false;
+                material = 0;
+                pw_window = 0;
+                login_window = 0;
+                stated_next = false;
+                prev_qualifies = false;
+                prev_token_q = false;
+                seed_run = 0;
+                last = core;
+            };
+        }
+        if core.starts_with("[redacted:") {
+            as_a_masked_secret!();
         }
         if core.is_empty() || core.starts_with("[redacted:") {
             // `{{ .Values.apiKey }}` and the like: what follows is a template, not a value.
@@ -2469,16 +2521,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // password would take it again), so a second pass changes nothing; the pieces around it
         // are read as words of their own.
         if let Some(m) = marker_at(raw) {
-            pending = None;
             call_arg = None;
-            bare_key = None;
-            positional = None;
-            after_echo = false;
-            user_flag = false;
-            material = 0;
-            // As a secret masked in this pass closes the sentence about it.
-            pw_window = 0;
-            login_window = 0;
+            as_a_masked_secret!();
             out.push_str(&around_markers(raw, m, ctx));
             continue;
         }
@@ -3384,5 +3428,32 @@ mod tests {
             r#"{"data":{"password":"[redacted:secret]"}}"#
         );
         assert_eq!(redact_secrets("a:{b:{password:Xy7pQ2w9"), "a:{b:{password:[redacted:secret]");
+    }
+
+    #[test]
+    fn a_placeholder_is_read_as_the_secret_it_replaced() {
+        // The second pass must read on from a placeholder as the first did from the secret.
+        for t in [
+            "secret 7pLm2zR9 key lo3dE5gH",
+            "auth 9AqJGoV6E46EPnlu token ecXy7pQ2",
+            "recovery AKIA4LMOZ552JYDAZAXW code\nY3DP",
+        ] {
+            let once = redact_secrets(t);
+            assert_eq!(redact_secrets(&once), once, "{t}");
+        }
+    }
+
+    #[test]
+    fn a_placeholders_own_words_name_no_secret() {
+        for t in [
+            "$ echo AKIA4LMOZ552JYDAZAXW\nDone42x",
+            "$ echo xoxb-1234567890-abcdefghijkl\nrelease-2024a",
+            "echo пароль > tX7olicy",
+            "passwd=>hunter2x",
+        ] {
+            let once = redact_secrets(t);
+            assert_eq!(redact_secrets(&once), once, "{t}");
+        }
+        assert_eq!(redact_secrets("passwd=>hunter2x"), "passwd=>[redacted:secret]");
     }
 }
