@@ -2183,8 +2183,10 @@ fn shell_command(line: &str) -> Option<&str> {
 /// `aws secretsmanager get-secret-value …`), one that decodes base64 (`kubectl get secret … |
 /// base64 -d`), or one that makes a new secret (`openssl rand -hex 32`, `pwgen`).
 fn reveals_secret(cmd: &str) -> bool {
-    // A placeholder's kind (`echo [redacted:aws-access-key]`) names no secret read.
+    // A placeholder's kind (`echo [redacted:aws-access-key]`) names no secret read, and a public
+    // key (`cat ~/.ssh/deploy_key.pub`) is none.
     let l = without_placeholders(cmd).to_ascii_lowercase();
+    let l = l.split(' ').filter(|w| !w.ends_with(".pub")).collect::<Vec<_>>().join(" ");
     let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
     let makes = l.contains("openssl rand") || l.starts_with("pwgen") || l.contains("rails secret");
     let first = l.split_whitespace().find(|w| *w != "sudo").unwrap_or("");
@@ -2415,6 +2417,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut about_other = false;
     // A password's name was on this line (see `stated_next`).
     let mut pw_line = false;
+    // The last word ended a sentence (`.`, `?`, `!`, `。`, `？`, `！` after it).
+    let mut sentence_end = false;
     let mut rest = text;
     while !rest.is_empty() {
         let ws = gap(rest);
@@ -2422,6 +2426,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let line = &rest[ws..];
             let line = &line[..line.find('\n').unwrap_or(line.len())];
             reveal_word = false;
+            // A blank line ends a command's output.
+            if rest[..ws].matches('\n').count() > 1 {
+                reveal = false;
+            }
             if let Some(cmd) = shell_command(line) {
                 reveal = reveals_secret(cmd);
             } else if reveal {
@@ -2464,6 +2472,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             .map_or(start, |i| i + raw[i..].chars().next().map_or(1, char::len_utf8));
         let (pre, core, post) =
             if start < stop { (&raw[..start], &raw[start..stop], &raw[stop..]) } else { (raw, "", "") };
+        // A sentence about a password or a login ends with the sentence: "Forgot password? The
+        // error is ERR_CONN_42" states no password. A question that ends its line is one asked
+        // in a chat, answered on the next ("what's the pw for kibana?⏎it's `…`").
+        let ends = post.contains(['.', '!', '。', '！'])
+            || (post.contains(['?', '？']) && !rest[..gap(rest)].contains('\n'));
+        if std::mem::replace(&mut sentence_end, ends) {
+            pw_window = 0;
+            login_window = 0;
+        }
         // `echo 'X' > ~/.vault_pass`: the echoed word written to a file named for a secret
         // (`>` is all wrapper, so it is read here).
         if matches!(raw, ">" | ">>")
@@ -2533,6 +2550,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // secret name is …", "the password hash algorithm is …", "the API key rotation job is …").
         if pw_window > 0 && property_noun(core) {
             about_other = true;
+        }
+        // "secret" as an adjective of an everyday noun ("the secret sauce is MySQL8"): no
+        // secret's sentence.
+        if before.eq_ignore_ascii_case("secret")
+            && ["sauce", "santa", "weapon", "ingredient", "recipe", "menu", "garden", "agent", "service"]
+                .iter()
+                .any(|n| core.eq_ignore_ascii_case(n))
+        {
+            pw_window = 0;
         }
         let next = (copula(core) && !about_other)
             || (pw_line && core.ends_with(':'))
@@ -3012,8 +3038,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if password {
             // `password Falcon%falcon2566&` (.netrc): a credential-looking next word; and a
             // sentence about a password names it within a few words.
-            pending = Some(("secret", true));
-            pw_window = 12;
+            // Not when the sentence ends inside the word after the name ("パスワードを変更しました。
+            // サーバーは …", written without spaces).
+            let tail = core.rsplit(['。', '？', '！']).next().unwrap_or(core);
+            let closed = tail.len() < core.len() && !is_password_key(tail);
+            pending = (!closed).then_some(("secret", true));
+            pw_window = if closed { 0 } else { 12 };
             about_other = false;
             pw_line = true;
         } else if matches!(l, b"secret" | b"passphrase") {
@@ -3455,5 +3485,33 @@ mod tests {
             assert_eq!(redact_secrets(&once), once, "{t}");
         }
         assert_eq!(redact_secrets("passwd=>hunter2x"), "passwd=>[redacted:secret]");
+    }
+
+    #[test]
+    fn a_sentence_end_closes_a_password_sentence() {
+        for t in [
+            "Please change the password. The ticket is JIRA-4821",
+            "Forgot password? The error is ERR_CONN_42",
+            "The auth token expired. The affected service is billing-api2",
+            "Account locked after 3 bad password attempts. Incident is INC0012345.",
+            "Passwort vergessen? Die Ticketnummer ist INC-40213.",
+            "パスワードを変更しました。サーバーは db-prod-01 です",
+            "The secret sauce is MySQL8 with tuned buffers",
+        ] {
+            assert_eq!(redact_secrets(t), t);
+        }
+        // Within the sentence the stated value is still taken.
+        assert_eq!(redact_secrets("The new password is Xy7pQ2w9"), "The new password is [redacted:secret]");
+    }
+
+    #[test]
+    fn a_commands_output_ends_at_a_blank_line_or_the_next_prompt() {
+        let t = "$ cat ~/.ssh/deploy_key\nXy7pQ2w9Lm\n\nrelease-2024a";
+        assert_eq!(redact_secrets(t), "$ cat ~/.ssh/deploy_key\n[redacted:secret]\n\nrelease-2024a");
+        let t = "$ cat ~/.config/token\nXy7pQ2w9Lm\n$ ls\nrelease-2024a";
+        assert_eq!(redact_secrets(t), "$ cat ~/.config/token\n[redacted:secret]\n$ ls\nrelease-2024a");
+        // A public key is published: its file prints no secret.
+        let t = "$ cat ~/.ssh/deploy_key.pub\nrelease-2024a";
+        assert_eq!(redact_secrets(t), t);
     }
 }
