@@ -135,9 +135,13 @@ row() { printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$@"; }
 "$B/echo-server" >"$work/echo.url" & pid=$!; pids+=("$pid")
 sleep 0.5
 url=$(cat "$work/echo.url")
-c0=$(cpu_us "$pid")
-read -r cps p50 p99 err lost calls ccpu < <(load "$W/echo-note.json" 1)
-row "floor: echo-server \`note\`" 1 "$cps" "$p50" "$p99" "$err / $lost" "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
+# The floor with one client, and with eight: what any rmcp server reaches on this machine with
+# this client, before doing any work.
+for c in 1 8; do
+  c0=$(cpu_us "$pid")
+  read -r cps p50 p99 err lost calls ccpu < <(load "$W/echo-note.json" "$c" $((c == 1 ? 4000 : 16000)))
+  row "floor: echo-server \`note\`" "$c" "$cps" "$p50" "$p99" "$err / $lost" "$ccpu" "$(per_call "$c0" "$pid" "$calls")"
+done
 for c in 1 8; do
   start "post$c"
   c0=$(cpu_us "$pid")
