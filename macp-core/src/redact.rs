@@ -3112,6 +3112,22 @@ mod tests {
 
     use super::*;
 
+    /// Each text's secret is masked: a placeholder stands in the text and no piece of the
+    /// secret is left.
+    fn masks_each(cases: &[(&str, &str)]) {
+        for (t, secret) in cases {
+            let out = redact_secrets(t);
+            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
+        }
+    }
+
+    /// Each text comes back exactly as it went in.
+    fn leaves_each(texts: &[&str]) {
+        for t in texts {
+            assert_eq!(redact_secrets(t), *t);
+        }
+    }
+
     #[test]
     fn known_secret_shapes_are_replaced_whole() {
         let t = "rotated AKIA2E0A8F3B244C9986 and ghp_abcdefghijklmnopqrstuvwxyz0123 (Bearer abc.def.ghi123) password=hunter2";
@@ -3188,10 +3204,7 @@ mod tests {
     fn text_around_secrets_in_any_script_is_kept_and_never_split() {
         assert_eq!(redact_secrets("«AKIA2E0A8F3B244C9986» ok"), "«[redacted:aws-access-key]» ok");
         assert_eq!(redact_secrets("“ghp_abcdefghijklmnopqrstuvwxyz0123456789”"), "“[redacted:github-token]”");
-        for t in ["日本語のテキスト：問題なし", "naïve café — résumé", "ключ: значение"]
-        {
-            assert_eq!(redact_secrets(t), t);
-        }
+        leaves_each(&["日本語のテキスト：問題なし", "naïve café — résumé", "ключ: значение"]);
     }
 
     #[test]
@@ -3209,7 +3222,7 @@ mod tests {
 
     #[test]
     fn keys_named_in_any_spelling_and_vendor_tokens_without_a_known_key_are_masked() {
-        for (t, secret) in [
+        masks_each(&[
             ("PrivateKey = CS7EO2Xg2/aTGgnTh024pIn+Uzp23u5NwZs0cuqONhA=", "CS7EO2Xg2"),
             (r#"app.config['SECRET_KEY'] = "7579d5dee011c1dc89a5""#, "7579d5dee011"),
             ("-H \"X-Auth-Key: d15babe213df3a4b214ea74b8b5136cfbc27f\"", "d15babe213df"),
@@ -3225,15 +3238,12 @@ mod tests {
             ("the VPN pre-shared key on the Frankfurt tunnel is YnKbDYIpV1SLwrmBfq6e", "YnKbDYIpV1SL"),
             ("the factory creds (root:8U+3B*OBvzss) still work", "8U+3B*OBvzss"),
             ("Reset the admin login to admin / C#5AXL%h=ek.G. now", "C#5AXL%h=ek.G"),
-        ] {
-            let out = redact_secrets(t);
-            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
-        }
+        ]);
     }
 
     #[test]
     fn ciphertext_templates_public_tokens_and_masked_values_are_not_secrets() {
-        for t in [
+        leaves_each(&[
             "  encryptedData:\n    password: AgBQ13a9ZasqzYw3p9IHvQnYrO5cXCsVLlN4Wj14n5rR11W++PHskPoPbCOaalc4lBd7QjdrLkFoh04mW+qh2oZ3n1UPUmXJAr+bej2nLSyGLbiS6sjQaP2AiUSTC+vh6QWx8driEii5AHk806fslSRZcCf1t0",
             "DATABASE_URL=postgres://billing:{{ .Data.data.password }}@pg-billing:5432/billing",
             "mapboxgl.accessToken = 'pk.eyJ1IjoicGFyY2VsbmVzdCIsImEiOiI5YmFjNWlpYmR2MjB0NnlpNzY5MmIydjR4In0.pIMxwxLKdDpwEkBZglH6ks';",
@@ -3243,14 +3253,12 @@ mod tests {
             "mysql -u root -p\nEnter password:\nERROR 2003 (HY000): Can't connect",
             "val secret = secretsClient.getSecretValue { secretId = \"prod/ledger\" }.secretString",
             "routingKey: orders.v2.created",
-        ] {
-            assert_eq!(redact_secrets(t), t);
-        }
+        ]);
     }
 
     #[test]
     fn secrets_in_escaped_lines_encodings_hashes_and_transcripts_are_masked() {
-        for (t, secret) in [
+        masks_each(&[
             // A logged string's escaped line breaks end a word.
             (r"send: b'Host: x\r\nAuthorization: Basic dXNlcjpTM2NyZXQh\r\nAccept: */*'", "dXNlcjpTM2NyZXQh"),
             // A key alone as a URL's user (a Sentry DSN).
@@ -3283,15 +3291,12 @@ mod tests {
             ),
             ("  \"key\": \"JOFXzkk2tr6tT8cXos0Ij8NQ9rJUQ5ttvulmfv8YR10=\",", "JOFXzkk2tr6t"),
             ("PrivateKey = +d65J2+EpqljAc+YK/GA84yOa2F1uqliavSe2iAtEGc=", "EpqljAc+YK/G"),
-        ] {
-            let out = redact_secrets(t);
-            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
-        }
+        ]);
     }
 
     #[test]
     fn cursors_flags_config_maps_ids_and_product_names_are_not_secrets() {
-        for t in [
+        leaves_each(&[
             r#"{"next_page_token": "zEqrLLrowl74ncKgjC9AaLOf5MLN+6ED", "NextToken": "AQICAHhF2k9Lm3PzR7tV0x=="}"#,
             "oauth2-proxy: --client-id=685319259320-gt373nx9blhcmm.apps.googleusercontent.com --cookie-secure",
             "kind: ConfigMap\nbinaryData:\n  flags.pb: ILVN9SgZljMsa+7OZVXnR16sxC6bxY1N0dVM+PpC",
@@ -3301,14 +3306,12 @@ mod tests {
             "$ gcloud auth list\n        exporter@ledger-prod-381204.iam.gserviceaccount.com",
             "$ aws secretsmanager describe-secret --secret-id db\n  \"LastRotatedDate\": \"2024-06-12T02:10:00+00:00\",",
             r#"File "C:\new\tools\run.py", line 4; echo "aGVsbG8gd29ybGQ=" | base64 -d"#,
-        ] {
-            assert_eq!(redact_secrets(t), t);
-        }
+        ]);
     }
 
     #[test]
     fn passwords_in_other_languages_stated_values_codes_and_positional_credentials_are_masked() {
-        for (t, secret) in [
+        masks_each(&[
             // Other languages' names, as keys and in sentences; CJK inside a word.
             ("Das Passwort für den Mailserver ist tannen-zapfen-wolke-771, bitte ändern.", "tannen-zapfen"),
             ("le mot de passe est Baguette%77lune", "Baguette%77"),
@@ -3348,15 +3351,12 @@ mod tests {
             ("POST https://chat.acme.io/hooks/k3j5h6g7f8d9s0a1q2w3e4r5t6 200", "k3j5h6g7f8d9"),
             ("curl https://maps.acme.io/api?key=Zx81kLmN02pQrS7tUv9w&z=3", "Zx81kLmN02pQ"),
             ("| SENTRY_AUTH_TOKEN | 9857107cfa32c9258436 |", "9857107cfa32"),
-        ] {
-            let out = redact_secrets(t);
-            assert!(out.contains("[redacted:") && !out.contains(secret), "{t} -> {out}");
-        }
+        ]);
     }
 
     #[test]
     fn properties_of_secrets_references_digests_and_public_keys_are_not_secrets() {
-        for t in [
+        leaves_each(&[
             "the secret name is db-creds-v2 in namespace payments",
             "The password hash algorithm is argon2id-v19 now.",
             "the password for grafana is in the vault at secret/grafana/admin",
@@ -3374,9 +3374,7 @@ mod tests {
             "api = Client(\"https://api.acme.io\", \"application/json\")",
             "$pdo = new PDO($dsn, $user, $pass, $options);",
             "| key | description |\n| API_TOKEN | the token used by CI |",
-        ] {
-            assert_eq!(redact_secrets(t), t);
-        }
+        ]);
     }
 
     #[test]
@@ -3396,13 +3394,11 @@ mod tests {
 
     #[test]
     fn plain_text_is_unchanged_whitespace_included() {
-        for t in [
+        leaves_each(&[
             "mitigation  done,\troot cause next: orders-db failover at 14:02",
             "the token was rotated at 14:00; the password policy is fine",
             "https://grafana.example/d/abc?orgId=1&from=now-1h",
-        ] {
-            assert_eq!(redact_secrets(t), t);
-        }
+        ]);
     }
 
     #[test]
@@ -3489,7 +3485,7 @@ mod tests {
 
     #[test]
     fn a_sentence_end_closes_a_password_sentence() {
-        for t in [
+        leaves_each(&[
             "Please change the password. The ticket is JIRA-4821",
             "Forgot password? The error is ERR_CONN_42",
             "The auth token expired. The affected service is billing-api2",
@@ -3497,9 +3493,7 @@ mod tests {
             "Passwort vergessen? Die Ticketnummer ist INC-40213.",
             "パスワードを変更しました。サーバーは db-prod-01 です",
             "The secret sauce is MySQL8 with tuned buffers",
-        ] {
-            assert_eq!(redact_secrets(t), t);
-        }
+        ]);
         // Within the sentence the stated value is still taken.
         assert_eq!(redact_secrets("The new password is Xy7pQ2w9"), "The new password is [redacted:secret]");
     }
