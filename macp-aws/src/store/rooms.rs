@@ -118,8 +118,8 @@ impl AwsBackend {
             return Ok(());
         }
         for index in self.vector_indexes().await? {
-            // DeleteVectors takes at most 500 keys; an id that is not a vector is ignored.
-            for chunk in ids.chunks(500) {
+            // An id that is not a vector is ignored.
+            for chunk in ids.chunks(super::search::DELETE_BATCH) {
                 self.s3v
                     .delete_vectors()
                     .vector_bucket_name(&self.names.vector_bucket)

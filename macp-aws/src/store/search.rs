@@ -25,6 +25,8 @@ const CONFIG_KEY: &str = "CONFIG#vector-model";
 const MAX_TOP_K: usize = 100;
 /// Vectors per PutVectors call.
 const PUT_BATCH: usize = 500;
+/// Keys per DeleteVectors call (the API refuses more).
+pub(crate) const DELETE_BATCH: usize = 500;
 
 /// The index serving `m`: stable, valid as an S3 Vectors index name.
 pub(crate) fn index_name(m: &IndexModel) -> String {
@@ -212,14 +214,17 @@ impl VectorIndex for AwsBackend {
             return Ok(());
         }
         let m = self.bound().await?;
-        self.s3v
-            .delete_vectors()
-            .vector_bucket_name(&self.names.vector_bucket)
-            .index_name(index_name(&m))
-            .set_keys(Some(ids.iter().map(ToString::to_string).collect()))
-            .send()
-            .await
-            .map_err(|e| aws_err("s3vectors", "DeleteVectors", e))?;
+        // Any number of ids, as the trait's contract says: the API takes a batch at a time.
+        for chunk in ids.chunks(DELETE_BATCH) {
+            self.s3v
+                .delete_vectors()
+                .vector_bucket_name(&self.names.vector_bucket)
+                .index_name(index_name(&m))
+                .set_keys(Some(chunk.iter().map(ToString::to_string).collect()))
+                .send()
+                .await
+                .map_err(|e| aws_err("s3vectors", "DeleteVectors", e))?;
+        }
         Ok(())
     }
 
