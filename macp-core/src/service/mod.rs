@@ -61,7 +61,7 @@ pub use entities::{
 pub use erase::{Erase, Erased};
 pub use events::{FeedPage, MAX_FEED_PAGE, RoomWatch, SHARED_POLL, Updates, UpdatesQuery};
 pub use findings::{FindingPage, PostFinding, PostedFinding, TimelineQuery};
-pub use portable::{BUNDLE_FORMAT, BUNDLE_VERSION, ImportReport, RoomBundle, StoredObject};
+pub use portable::{BUNDLE_FORMAT, BUNDLE_VERSION, EXPORT_PAGE, ImportReport, RoomBundle, StoredObject};
 pub use retention::PurgeReport;
 pub use rooms::{
     AgentCounts, CloseRoom, CreateRoom, DeclareStatus, JoinRoom, ListRooms, MAX_OBJECTIVE_CHANGES,

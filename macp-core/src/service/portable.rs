@@ -31,8 +31,9 @@ pub const BUNDLE_VERSION: u32 = 1;
 
 /// How many times an export reads a room that keeps changing under it before giving up.
 const EXPORT_ATTEMPTS: usize = 3;
-/// Page size of the reads an export makes.
-const PAGE: usize = 500;
+/// Page size of the reads an export makes: a room with more of anything is read in pages
+/// (the testkit's big-room case crosses it).
+pub const EXPORT_PAGE: usize = 500;
 
 /// A room, portable: the record, the artifacts' bytes, and what wrote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,8 +181,8 @@ impl Macp {
         let mut findings: Vec<Finding> = Vec::new();
         loop {
             let after = findings.last().map_or(0, |f| f.seq);
-            let page = store.list_findings(room_id, &FindingQuery::after(after, PAGE)).await?;
-            let done = page.len() < PAGE;
+            let page = store.list_findings(room_id, &FindingQuery::after(after, EXPORT_PAGE)).await?;
+            let done = page.len() < EXPORT_PAGE;
             findings.extend(page);
             if done {
                 break;
@@ -191,8 +192,8 @@ impl Macp {
         let mut entities: Vec<crate::model::Entity> = Vec::new();
         loop {
             let after = entities.last().map(|e| e.entity_id);
-            let page = store.list_entities(room_id, after, PAGE).await?;
-            let done = page.len() < PAGE;
+            let page = store.list_entities(room_id, after, EXPORT_PAGE).await?;
+            let done = page.len() < EXPORT_PAGE;
             entities.extend(page);
             if done {
                 break;
@@ -211,8 +212,8 @@ impl Macp {
         let mut relationships: Vec<crate::model::Relationship> = Vec::new();
         loop {
             let after = relationships.last().map(RelationshipKey::of);
-            let page = store.list_relationships(room_id, after.as_ref(), PAGE).await?;
-            let done = page.len() < PAGE;
+            let page = store.list_relationships(room_id, after.as_ref(), EXPORT_PAGE).await?;
+            let done = page.len() < EXPORT_PAGE;
             relationships.extend(page);
             if done {
                 break;
@@ -222,11 +223,11 @@ impl Macp {
         loop {
             let q = ArtifactQuery {
                 after: artifacts.last().map(|a| a.artifact_id),
-                limit: PAGE,
+                limit: EXPORT_PAGE,
                 ..ArtifactQuery::default()
             };
             let page = store.list_artifacts(room_id, &q).await?;
-            let done = page.len() < PAGE;
+            let done = page.len() < EXPORT_PAGE;
             artifacts.extend(page);
             if done {
                 break;
@@ -238,8 +239,8 @@ impl Macp {
         let mut events: Vec<crate::model::Event> = Vec::new();
         loop {
             let after = events.last().map_or(0, |e| e.seq);
-            let page = store.list_events(room_id, after, &[], PAGE).await?;
-            let done = page.len() < PAGE;
+            let page = store.list_events(room_id, after, &[], EXPORT_PAGE).await?;
+            let done = page.len() < EXPORT_PAGE;
             events.extend(page);
             if done {
                 break;

@@ -7,8 +7,8 @@ use macp_core::FindingId;
 use macp_core::model::{Channel, EntityType, Identifier};
 use macp_core::redact::Redactor;
 use macp_core::service::{
-    AddEntity, AnswerDecision, AskDecision, CloseRoom, Erase, MergeEntities, PostFinding, RoomBundle,
-    SearchFindings, SteerRoom,
+    AddEntity, AnswerDecision, AskDecision, CloseRoom, EXPORT_PAGE, Erase, MergeEntities, PostFinding,
+    RoomBundle, SearchFindings, SteerRoom,
 };
 
 use super::retention::{fill, service};
@@ -235,6 +235,49 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
     let mut foreign = before.clone();
     foreign.record.findings[0].room_id = RoomId::generate();
     expect_code(m.import_room(foreign, None).await, "invalid_input");
+}
+
+/// A room with more findings, entities, identifiers and events than an export reads at once
+/// ([`EXPORT_PAGE`]) is exported whole, in order, and imported back the same, byte for byte:
+/// an incident room passes a page of anything within hours.
+pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
+    let m = service(&backend, Arc::new(ManualClock::new()), 0);
+    let who = principal("port-big@example.com");
+    let room = m.create_room(&who, CreateRoom::new("a long incident")).await.unwrap().room_id;
+    let a = m.join_room(&who, JoinRoom::new(room).agent(agent("big-agent"))).await.unwrap().agent_id;
+    let n = EXPORT_PAGE + 1;
+    for i in 0..n {
+        m.post_finding(&who, PostFinding::new(room, a.clone(), format!("pod web-{i} restarted")))
+            .await
+            .unwrap();
+        m.add_entity(
+            &who,
+            AddEntity::new(room, a.clone(), format!("web-{i}"), EntityType::Resource)
+                .identifier("hostname", format!("web-{i}.internal")),
+        )
+        .await
+        .unwrap();
+    }
+    let before = m.export_room(room, false).await.expect("export");
+    let r = &before.record;
+    assert_eq!(r.findings.len(), n, "every finding, past the first page");
+    assert!(r.findings.iter().enumerate().all(|(i, f)| f.seq == i as u64 + 1), "in order, once each");
+    assert_eq!(r.entities.len(), n, "every entity, past the first page");
+    assert_eq!(r.identifiers.len(), n, "every identifier");
+    let head = backend.store.last_event_seq(room).await.unwrap();
+    assert!(head > 2 * EXPORT_PAGE as u64, "the feed spans three pages ({head} events)");
+    assert_eq!(r.events.len() as u64, head, "every event");
+    assert!(r.events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1), "in order, once each");
+
+    backend.store.purge_room(room).await.unwrap();
+    if let Some(index) = &backend.vector_index {
+        let ids: Vec<_> = r.findings.iter().map(|f| f.finding_id).collect();
+        index.delete(room, &ids).await.unwrap();
+    }
+    let report = m.import_room(before.clone(), None).await.expect("import");
+    assert_eq!((report.findings, report.entities, report.events), (n as u64, n as u64, head));
+    let after = m.export_room(room, false).await.expect("export after import");
+    assert_eq!(body(&after), body(&before), "the room came back different");
 }
 
 /// An export can scrub with the server's redactor, so that a pattern added since the room was
