@@ -279,6 +279,7 @@ macro_rules! conformance_tests {
             a_members_only_room_does_not_exist_for_others,
             a_room_survives_export_and_import_intact,
             a_room_bigger_than_a_page_moves_whole,
+            an_export_names_an_artifact_whose_bytes_are_lost,
             an_export_scrubs_with_the_redactor,
         );
         $crate::__cases!($factory, [$($feature),*], [$($all)?]; durable;

@@ -19,7 +19,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::ids::FindingId;
+use crate::ids::{ArtifactId, FindingId};
 use crate::model::{Finding, IndexStatus};
 use crate::redact::{Redact, Redactions, Redactor};
 use crate::store::{ArtifactQuery, FindingQuery, HeldIdentifier, ReadPosition, RelationshipKey, RoomRecord};
@@ -102,6 +102,8 @@ impl Macp {
     pub async fn export_room(&self, room_id: RoomId, scrub: bool) -> Result<RoomBundle> {
         let store = &self.inner.store;
         let mut changed = String::new();
+        // The artifacts found without their bytes, on every read so far.
+        let mut lost: Option<Vec<(ArtifactId, String)>> = None;
         for attempt in 0..EXPORT_ATTEMPTS {
             if attempt > 0 {
                 // A change in flight settles, and an index read lagging its table catches up
@@ -113,10 +115,21 @@ impl Macp {
             let objects = match self.read_objects(&record).await? {
                 Ok(objects) => objects,
                 Err(missing) => {
-                    changed = missing;
+                    changed = missing
+                        .iter()
+                        .map(|(id, key)| {
+                            format!("artifact {id} is registered but its object {key} is missing")
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    lost = Some(match lost {
+                        None => missing,
+                        Some(before) => before.into_iter().filter(|m| missing.contains(m)).collect(),
+                    });
                     continue;
                 }
             };
+            lost = Some(Vec::new());
             // Every change is an event, but not every store applies a change (or a purge) in
             // one step: the record must also agree with the room's own counters, and the room
             // must still be there.
@@ -159,6 +172,19 @@ impl Macp {
                 bundle.scrubbed = Some(found);
             }
             return Ok(bundle);
+        }
+        // Bytes missing on every read are not a write in flight: they are gone (deleted from the
+        // bucket by hand, say), and reading again will not bring them back.
+        if let Some((id, key)) = lost.and_then(|l| l.into_iter().next()) {
+            return Err(Error::not_found_hint(
+                "artifact object",
+                key,
+                format!(
+                    "artifact {id} of room {room_id} is registered but its bytes are gone from artifact \
+                     storage; restore the object from a backup, or erase the artifact (erase, with \
+                     its id) and export again"
+                ),
+            ));
         }
         Err(Error::conflict(format!(
             "room {room_id} changed {EXPORT_ATTEMPTS} times while it was being exported ({changed}); \
@@ -265,12 +291,13 @@ impl Macp {
         })
     }
 
-    /// The bytes of the record's live artifacts; `Ok(Err(what))` when one has no object (erased
-    /// or purged while the record was read: the export reads again).
+    /// The bytes of the record's live artifacts; `Ok(Err(missing))` with each live artifact that
+    /// has no object (erased or purged while the record was read, and the export reads again;
+    /// or lost).
     async fn read_objects(
         &self,
         record: &RoomRecord,
-    ) -> Result<std::result::Result<Vec<StoredObject>, String>> {
+    ) -> Result<std::result::Result<Vec<StoredObject>, Vec<(ArtifactId, String)>>> {
         let live: Vec<_> = record.artifacts.iter().filter(|a| a.erased.is_none()).collect();
         if live.is_empty() {
             return Ok(Ok(Vec::new()));
@@ -279,18 +306,19 @@ impl Macp {
             Error::invalid("artifacts", "the room has artifacts but this server has no artifact storage")
         })?;
         let mut objects = Vec::with_capacity(live.len());
+        let mut missing = Vec::new();
         for a in live {
-            let Some((meta, bytes)) = blobs.read_object(&a.key).await? else {
-                return Ok(Err(format!(
-                    "artifact {} is registered but its object {} is missing",
-                    a.artifact_id, a.key
-                )));
-            };
-            objects.push(StoredObject {
-                key: a.key.clone(),
-                content_type: meta.content_type,
-                base64: STANDARD.encode(bytes),
-            });
+            match blobs.read_object(&a.key).await? {
+                Some((meta, bytes)) => objects.push(StoredObject {
+                    key: a.key.clone(),
+                    content_type: meta.content_type,
+                    base64: STANDARD.encode(bytes),
+                }),
+                None => missing.push((a.artifact_id, a.key.clone())),
+            }
+        }
+        if !missing.is_empty() {
+            return Ok(Err(missing));
         }
         objects.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(Ok(objects))

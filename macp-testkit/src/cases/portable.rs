@@ -280,6 +280,22 @@ pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
     assert_eq!(body(&after), body(&before), "the room came back different");
 }
 
+/// An artifact whose bytes are gone from storage (deleted from the bucket by hand, say) is not
+/// a room changing under the export: the export is refused with `not_found`, naming the object
+/// and what to do, not with a retryable `conflict` that retrying cannot cure.
+pub async fn an_export_names_an_artifact_whose_bytes_are_lost(backend: Backend) {
+    let Some((blobs, _)) = &backend.blobs else { return };
+    let m = service(&backend, Arc::new(ManualClock::new()), 0);
+    let who = principal("port-lost@example.com");
+    let (room, key) = fill(&m, &backend, &who, None, "numbatlost17").await;
+    let key = key.expect("an artifact where the backend stores them");
+    blobs.delete(&key).await.unwrap();
+    let e = expect_code(m.export_room(room, false).await, "not_found");
+    assert!(!e.is_retryable(), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains(&key) && msg.contains("erase"), "names the object and what to do: {msg}");
+}
+
 /// An export can scrub with the server's redactor, so that a pattern added since the room was
 /// written applies to the bundle: every text of the record, the feed included, and every text
 /// artifact; the bundle says what it redacted.
