@@ -756,14 +756,16 @@ async fn run(cli: Cli) -> Result<(), String> {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             let macp = open(&cfg, Use::Records { index: false }).await?.macp;
             let bundle = macp.export_room(room, scrub).await.map_err(|e| e.to_string())?;
-            let json = serde_json::to_vec(&bundle).map_err(|e| e.to_string())?;
+            // Written as it is serialised: a second copy of the artifacts' bytes, as JSON, would
+            // double what an export holds.
+            let write = |w: &mut dyn std::io::Write| {
+                let mut w = std::io::BufWriter::with_capacity(1 << 16, w);
+                serde_json::to_writer(&mut w, &bundle)?;
+                std::io::Write::flush(&mut w)
+            };
             match out.as_deref().filter(|p| p.as_os_str() != "-") {
-                Some(path) => write_private_file(path, &json)?,
-                None => {
-                    use std::io::Write as _;
-                    let mut stdout = std::io::stdout().lock();
-                    stdout.write_all(&json).and_then(|_| stdout.flush()).map_err(|e| e.to_string())?;
-                }
+                Some(path) => write_private_file(path, write)?,
+                None => write(&mut std::io::stdout().lock()).map_err(|e| e.to_string())?,
             }
             let r = &bundle.record;
             eprintln!(
@@ -790,17 +792,19 @@ async fn run(cli: Cli) -> Result<(), String> {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             // It indexes the findings, as a server would: one process per local data directory.
             let _lock = lock_data(&cfg)?;
-            let (bytes, name) = if bundle.as_os_str() == "-" {
+            // A file is read as it is parsed, twice (its head, then the bundle), rather than held
+            // whole beside the bundle; standard input, which cannot be read twice, is held until
+            // it is parsed.
+            let parsed = if bundle.as_os_str() == "-" {
                 use std::io::Read as _;
                 let mut buf = Vec::new();
                 std::io::stdin().read_to_end(&mut buf).map_err(|e| e.to_string())?;
-                (buf, "standard input".to_owned())
+                parse_bundle(|| Ok(buf.as_slice()), "standard input")?
             } else {
-                let b =
-                    std::fs::read(&bundle).map_err(|e| format!("cannot read {}: {e}", bundle.display()))?;
-                (b, bundle.display().to_string())
+                let open =
+                    || std::fs::File::open(&bundle).map(|f| std::io::BufReader::with_capacity(1 << 16, f));
+                parse_bundle(open, &bundle.display().to_string())?
             };
-            let parsed = parse_bundle(&bytes, &name)?;
             let macp = open(&cfg, Use::Records { index: true }).await?.macp;
             let r = macp.import_room(parsed, retention_days).await.map_err(|e| e.to_string())?;
             println!(
@@ -836,27 +840,42 @@ async fn run(cli: Cli) -> Result<(), String> {
 
 /// A bundle read from `name`: its format and version first, so that a bundle of a newer
 /// version says so rather than fail on a field this build does not know.
-fn parse_bundle(bytes: &[u8], name: &str) -> Result<macp_core::service::RoomBundle, String> {
+fn parse_bundle<R: std::io::Read>(
+    open: impl Fn() -> std::io::Result<R>,
+    name: &str,
+) -> Result<macp_core::service::RoomBundle, String> {
+    /// What says which bundle a file is, read before the rest, so that a newer version is named
+    /// as such rather than as a parse error.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        format: serde_json::Value,
+        #[serde(default)]
+        version: serde_json::Value,
+    }
     let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
-    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| not(&e))?;
-    if v["format"] != macp_core::service::BUNDLE_FORMAT {
+    let read = |e: std::io::Error| format!("cannot read {name}: {e}");
+    let head: Head = serde_json::from_reader(open().map_err(read)?).map_err(|e| not(&e))?;
+    if head.format != macp_core::service::BUNDLE_FORMAT {
         return Err(not(&"no `format: macp-room-bundle`"));
     }
-    let version = v["version"].as_u64().unwrap_or(0);
+    let version = head.version.as_u64().unwrap_or(0);
     if version > u64::from(macp_core::service::BUNDLE_VERSION) {
         return Err(format!(
             "{name} is a version {version} bundle; this macp reads versions up to {}: import it with a newer macp",
             macp_core::service::BUNDLE_VERSION
         ));
     }
-    serde_json::from_value(v).map_err(|e| not(&e))
+    serde_json::from_reader(open().map_err(read)?).map_err(|e| not(&e))
 }
 
-/// Writes `bytes` to a new file only its owner can read (a bundle holds the whole room), whole
+/// Writes what `write` writes to a new file only its owner can read (a bundle holds the whole room), whole
 /// or not at all: a fresh file beside it (never one that exists, whatever its mode or link),
 /// synced, renamed into place, and the directory synced.
-fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write as _;
+fn write_private_file(
+    path: &std::path::Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), String> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
@@ -875,7 +894,7 @@ fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> Result<(), String
             use std::os::unix::fs::PermissionsExt;
             f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         }
-        f.write_all(bytes).and_then(|_| f.sync_all())
+        write(&mut f).and_then(|_| f.sync_all())
     });
     let done = written
         .and_then(|_| std::fs::rename(&tmp, path))

@@ -367,7 +367,8 @@ impl Macp {
             // earlier import cut short left it (maybe bytes since erased at the source). The
             // bundle's bytes replace all of it.
             blobs.delete_prefix(&super::artifacts::room_prefix(room_id)).await?;
-            for (o, bytes) in objects {
+            for o in objects {
+                let bytes = decode(&o)?;
                 blobs.write_object(&o.key, &o.content_type, bytes).await?;
                 written.push(o.key);
                 report.objects += 1;
@@ -407,14 +408,20 @@ impl Macp {
     }
 }
 
-/// The bundle's objects with their bytes, each the size its artifact's record says: all decoded
-/// before anything is written.
-fn decode_objects(b: &mut RoomBundle) -> Result<Vec<(StoredObject, Vec<u8>)>> {
+/// The bytes of a bundle's object.
+fn decode(o: &StoredObject) -> Result<Vec<u8>> {
+    STANDARD
+        .decode(&o.base64)
+        .map_err(|e| Error::invalid("bundle", format!("the bytes of {} are not base64: {e}", o.key)))
+}
+
+/// The bundle's objects, each checked to decode to the size its artifact's record says before
+/// anything is written. Their bytes are decoded again one at a time as they are written, so that
+/// an import holds one decoded object, not all of them beside their base64.
+fn decode_objects(b: &mut RoomBundle) -> Result<Vec<StoredObject>> {
     let mut out = Vec::with_capacity(b.objects.len());
     for o in std::mem::take(&mut b.objects) {
-        let bytes = STANDARD
-            .decode(&o.base64)
-            .map_err(|e| Error::invalid("bundle", format!("the bytes of {} are not base64: {e}", o.key)))?;
+        let bytes = decode(&o)?;
         let artifact = b.record.artifacts.iter().find(|a| a.key == o.key);
         if let Some(a) = artifact.filter(|a| a.erased.is_some() || a.size != bytes.len() as u64) {
             return Err(Error::invalid(
@@ -429,7 +436,7 @@ fn decode_objects(b: &mut RoomBundle) -> Result<Vec<(StoredObject, Vec<u8>)>> {
                 ),
             ));
         }
-        out.push((o, bytes));
+        out.push(o);
     }
     Ok(out)
 }

@@ -1,0 +1,130 @@
+//! `macp export` and `macp import` hold about one copy of a room's artifacts, as base64, not
+//! several: a room's artifacts can reach gigabytes (25 MiB each), and an operator's export must
+//! not need several times that in memory. Each command's peak resident memory is read from the
+//! kernel (`wait4`) and compared with the same command on a room without artifacts.
+
+#![cfg(unix)]
+// `wait4` is the one call that gives a single child's peak memory.
+#![allow(unsafe_code)]
+
+use std::process::Command;
+use std::sync::Arc;
+
+use macp_core::blob::BlobStore as _;
+use macp_core::service::{CreateRoom, JoinRoom, PostFinding, RegisterArtifact, RequestUpload};
+
+const OBJECTS: usize = 8;
+const OBJECT_BYTES: usize = 12 << 20;
+
+/// Runs `cmd` to its end: whether it succeeded, and its peak resident memory in bytes.
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, which std's `wait` cannot replace
+fn peak_memory(mut cmd: Command) -> (bool, u64) {
+    let child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value, which `wait4` overwrites.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into locals that outlive the call. `child` is
+    // not waited for again (std does not wait on drop).
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4: {}", std::io::Error::last_os_error());
+    // Linux reports kilobytes.
+    (libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, usage.ru_maxrss as u64 * 1024)
+}
+
+/// A room in `dir` with one finding and `objects` artifacts of [`OBJECT_BYTES`] each.
+fn room_with_artifacts(dir: &std::path::Path, objects: usize) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = Arc::new(macp_local::SqliteStore::builder().data_dir(dir).open().unwrap());
+        let blobs = Arc::new(macp_local::blobs::LocalBlobStore::open(dir, "http://127.0.0.1:9").unwrap());
+        let m = macp_core::Macp::builder().store(store).blob_store(blobs.clone()).build().unwrap();
+        let who = macp_core::Principal::new("ana").unwrap();
+        let room = m.create_room(&who, CreateRoom::new("a room with big dumps")).await.unwrap().room_id;
+        let agent = macp_core::AgentId::new("ana-claude").unwrap();
+        m.join_room(&who, JoinRoom::new(room).agent(agent.clone())).await.unwrap();
+        m.post_finding(&who, PostFinding::new(room, agent.clone(), "heap dumps attached")).await.unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for i in 0..objects {
+            let ticket = m
+                .request_artifact_upload(
+                    &who,
+                    RequestUpload {
+                        room_id: room,
+                        agent_id: Some(agent.clone()),
+                        filename: format!("heap-{i}.gz"),
+                        content_type: "application/gzip".into(),
+                        size: OBJECT_BYTES as u64,
+                    },
+                )
+                .await
+                .unwrap();
+            // Bytes that do not repeat (xorshift), as a real dump's would not.
+            let mut bytes = Vec::with_capacity(OBJECT_BYTES);
+            while bytes.len() < OBJECT_BYTES {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+            blobs.write_object(&ticket.key, "application/gzip", bytes).await.unwrap();
+            m.register_artifact(
+                &who,
+                RegisterArtifact {
+                    room_id: room,
+                    agent_id: Some(agent.clone()),
+                    key: ticket.key,
+                    description: None,
+                    linked_finding_ids: vec![],
+                    linked_entity_ids: vec![],
+                    idempotency_key: None,
+                },
+            )
+            .await
+            .unwrap();
+        }
+        room.to_string()
+    })
+}
+
+/// Exports the room of `dir` to `file`, then imports it into a fresh directory: each command's
+/// peak memory.
+fn move_room(dir: &std::path::Path, room: &str, file: &std::path::Path) -> (u64, u64) {
+    let mut export = Command::new(env!("CARGO_BIN_EXE_macp"));
+    export.args(["export", room, "--out"]).arg(file).arg("--data-dir").arg(dir);
+    let (ok, exported) = peak_memory(export);
+    assert!(ok, "export failed");
+    let to = tempfile::tempdir().unwrap();
+    let mut import = Command::new(env!("CARGO_BIN_EXE_macp"));
+    import.arg("import").arg(file).arg("--data-dir").arg(to.path());
+    let (ok, imported) = peak_memory(import);
+    assert!(ok, "import failed");
+    (exported, imported)
+}
+
+#[test]
+fn export_and_import_hold_one_copy_of_the_artifacts_not_several() {
+    let (small, big, files) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let room = room_with_artifacts(small.path(), 0);
+    let (export_base, import_base) = move_room(small.path(), &room, &files.path().join("small.json"));
+    let room = room_with_artifacts(big.path(), OBJECTS);
+    let (export_peak, import_peak) = move_room(big.path(), &room, &files.path().join("big.json"));
+    let artifacts = (OBJECTS * OBJECT_BYTES) as f64;
+    let (export_x, import_x) = (
+        export_peak.saturating_sub(export_base) as f64 / artifacts,
+        import_peak.saturating_sub(import_base) as f64 / artifacts,
+    );
+    println!(
+        "artifacts {} MiB: export peak {} MiB ({export_x:.2}x over a room without), import peak {} MiB \
+         ({import_x:.2}x)",
+        (OBJECTS * OBJECT_BYTES) >> 20,
+        export_peak >> 20,
+        import_peak >> 20
+    );
+    // One copy as base64 is 1.33x. Beside it: one object read or decoded, and on import the
+    // parser's buffer for one string (measured: export 1.6x, import 1.9-2.1x). The bound fails
+    // on a second whole copy (2.67x and more); before export wrote as it serialised and import
+    // parsed as it read and decoded one object at a time, these were 3.4x and 3.8x.
+    assert!(export_x < 2.5, "export holds {export_x:.2}x the artifacts' size");
+    assert!(import_x < 2.5, "import holds {import_x:.2}x the artifacts' size");
+}
