@@ -245,7 +245,12 @@ fn a_context_budget_that_cannot_hold_a_room_is_refused() {
 
 /// The bundle's record and bytes, without when and where it was written.
 fn bundle_body(path: &std::path::Path) -> serde_json::Value {
-    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    body_of(&std::fs::read(path).unwrap())
+}
+
+/// [`bundle_body`] of a bundle's bytes.
+fn body_of(bytes: &[u8]) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
     let o = v.as_object_mut().unwrap();
     o.remove("exported_at");
     o.remove("exported_from");
@@ -345,6 +350,39 @@ fn export_then_import_moves_a_room_between_data_directories() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The same through standard output and standard input.
+    let out =
+        macp().args(["export", &room, "--out", "-"]).arg("--data-dir").arg(from.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(body_of(&out.stdout), bundle_body(&first), "an export to standard output differs");
+    let third = tempfile::tempdir().unwrap();
+    let mut import = macp()
+        .args(["import", "-", "--data-dir"])
+        .arg(third.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &out.stdout).unwrap();
+    let done = import.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(String::from_utf8_lossy(&done.stdout).contains("1 artifact objects"));
+
+    // A bundle of a newer version names itself as such.
+    let mut newer = body_of(&std::fs::read(&first).unwrap());
+    newer["version"] = 2.into();
+    let newer_file = files.path().join("newer.json");
+    std::fs::write(&newer_file, serde_json::to_vec(&newer).unwrap()).unwrap();
+    let fresh = tempfile::tempdir().unwrap();
+    let out = macp().arg("import").arg(&newer_file).arg("--data-dir").arg(fresh.path()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("newer macp"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     let not_bundle = files.path().join("notes.json");
     std::fs::write(&not_bundle, br#"{"hello": "world"}"#).unwrap();
     let out = macp().arg("import").arg(&not_bundle).arg("--data-dir").arg(to.path()).output().unwrap();
