@@ -7,11 +7,9 @@
 // `wait4` is the one call that gives a single child's peak memory.
 #![allow(unsafe_code)]
 
-use std::process::Command;
-use std::sync::Arc;
+mod common;
 
-use macp_core::blob::BlobStore as _;
-use macp_core::service::{CreateRoom, JoinRoom, PostFinding, RegisterArtifact, RequestUpload};
+use std::process::Command;
 
 const OBJECTS: usize = 8;
 const OBJECT_BYTES: usize = 12 << 20;
@@ -33,31 +31,9 @@ fn peak_memory(mut cmd: Command) -> (bool, u64) {
 
 /// A room in `dir` with one finding and `objects` artifacts of [`OBJECT_BYTES`] each.
 fn room_with_artifacts(dir: &std::path::Path, objects: usize) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let store = Arc::new(macp_local::SqliteStore::builder().data_dir(dir).open().unwrap());
-        let blobs = Arc::new(macp_local::blobs::LocalBlobStore::open(dir, "http://127.0.0.1:9").unwrap());
-        let m = macp_core::Macp::builder().store(store).blob_store(blobs.clone()).build().unwrap();
-        let who = macp_core::Principal::new("ana").unwrap();
-        let room = m.create_room(&who, CreateRoom::new("a room with big dumps")).await.unwrap().room_id;
-        let agent = macp_core::AgentId::new("ana-claude").unwrap();
-        m.join_room(&who, JoinRoom::new(room).agent(agent.clone())).await.unwrap();
-        m.post_finding(&who, PostFinding::new(room, agent.clone(), "heap dumps attached")).await.unwrap();
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        for i in 0..objects {
-            let ticket = m
-                .request_artifact_upload(
-                    &who,
-                    RequestUpload {
-                        room_id: room,
-                        agent_id: Some(agent.clone()),
-                        filename: format!("heap-{i}.gz"),
-                        content_type: "application/gzip".into(),
-                        size: OBJECT_BYTES as u64,
-                    },
-                )
-                .await
-                .unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let uploads = (0..objects)
+        .map(|i| {
             // Bytes that do not repeat (xorshift), as a real dump's would not.
             let mut bytes = Vec::with_capacity(OBJECT_BYTES);
             while bytes.len() < OBJECT_BYTES {
@@ -66,24 +42,15 @@ fn room_with_artifacts(dir: &std::path::Path, objects: usize) -> String {
                 x ^= x << 17;
                 bytes.extend_from_slice(&x.to_le_bytes());
             }
-            blobs.write_object(&ticket.key, "application/gzip", bytes).await.unwrap();
-            m.register_artifact(
-                &who,
-                RegisterArtifact {
-                    room_id: room,
-                    agent_id: Some(agent.clone()),
-                    key: ticket.key,
-                    description: None,
-                    linked_finding_ids: vec![],
-                    linked_entity_ids: vec![],
-                    idempotency_key: None,
-                },
-            )
-            .await
-            .unwrap();
-        }
-        room.to_string()
-    })
+            common::Upload {
+                filename: format!("heap-{i}.gz"),
+                content_type: "application/gzip",
+                bytes,
+                description: None,
+            }
+        })
+        .collect();
+    common::local_room(dir, "a room with big dumps", "heap dumps attached", uploads)
 }
 
 /// Exports the room of `dir` to `file`, then imports it into a fresh directory: each command's

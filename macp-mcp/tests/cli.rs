@@ -262,55 +262,19 @@ fn body_of(bytes: &[u8]) -> serde_json::Value {
 /// and bytes; importing it twice is refused, and so is a file that is not a bundle.
 #[test]
 fn export_then_import_moves_a_room_between_data_directories() {
-    use std::sync::Arc;
-
-    use macp_core::blob::BlobStore as _;
-    use macp_core::service::{CreateRoom, JoinRoom, PostFinding, RegisterArtifact, RequestUpload};
-
     let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let room = rt.block_on(async {
-        let store = Arc::new(macp_local::SqliteStore::builder().data_dir(from.path()).open().unwrap());
-        let blobs =
-            Arc::new(macp_local::blobs::LocalBlobStore::open(from.path(), "http://127.0.0.1:9").unwrap());
-        let m = macp_core::Macp::builder().store(store).blob_store(blobs.clone()).build().unwrap();
-        let who = macp_core::Principal::new("ana").unwrap();
-        let room = m.create_room(&who, CreateRoom::new("moved by the command line")).await.unwrap().room_id;
-        let agent = macp_core::AgentId::new("ana-claude").unwrap();
-        m.join_room(&who, JoinRoom::new(room).agent(agent.clone())).await.unwrap();
-        m.post_finding(&who, PostFinding::new(room, agent.clone(), "orders-db-1 refuses connections at 500"))
-            .await
-            .unwrap();
-        let ticket = m
-            .request_artifact_upload(
-                &who,
-                RequestUpload {
-                    room_id: room,
-                    agent_id: Some(agent.clone()),
-                    filename: "pool.txt".into(),
-                    content_type: "text/plain".into(),
-                    size: 9,
-                },
-            )
-            .await
-            .unwrap();
-        blobs.write_object(&ticket.key, "text/plain", b"pool dump".to_vec()).await.unwrap();
-        m.register_artifact(
-            &who,
-            RegisterArtifact {
-                room_id: room,
-                agent_id: Some(agent),
-                key: ticket.key,
-                description: Some("the pool".into()),
-                linked_finding_ids: vec![],
-                linked_entity_ids: vec![],
-                idempotency_key: None,
-            },
-        )
-        .await
-        .unwrap();
-        room.to_string()
-    });
+    let pool = common::Upload {
+        filename: "pool.txt".into(),
+        content_type: "text/plain",
+        bytes: b"pool dump".to_vec(),
+        description: Some("the pool".into()),
+    };
+    let room = common::local_room(
+        from.path(),
+        "moved by the command line",
+        "orders-db-1 refuses connections at 500",
+        vec![pool],
+    );
     let files = tempfile::tempdir().unwrap();
     let (first, again) = (files.path().join("room.json"), files.path().join("again.json"));
     let out = macp()

@@ -1,6 +1,7 @@
-//! Helpers shared by the HTTP-level tests: a raw HTTP/1.1 client on one kept-alive socket, so a
+//! Helpers shared by the binary's tests: a raw HTTP/1.1 client on one kept-alive socket, so a
 //! test sees exactly what crosses the wire (status, headers, whether the connection survives),
-//! which a pooling client such as reqwest hides.
+//! which a pooling client such as reqwest hides; and a room with artifacts in a data directory,
+//! for the commands that move rooms.
 #![allow(dead_code)] // each test file uses a different part
 
 use std::time::Duration;
@@ -181,4 +182,64 @@ pub async fn open_session(raw: &mut Raw) -> String {
         raw.request("POST", "/mcp", &mcp_headers(Some(&session)), note.to_string().as_bytes()).await.unwrap();
     assert_eq!(a.status, 202);
     session
+}
+
+/// An artifact for [`local_room`] to upload.
+pub struct Upload {
+    pub filename: String,
+    pub content_type: &'static str,
+    pub bytes: Vec<u8>,
+    pub description: Option<String>,
+}
+
+/// A room in the SQLite data directory `dir`, where the agent `ana-claude` posted `finding` and
+/// uploaded `uploads`: the room's id.
+pub fn local_room(dir: &std::path::Path, objective: &str, finding: &str, uploads: Vec<Upload>) -> String {
+    use std::sync::Arc;
+
+    use macp_core::blob::BlobStore as _;
+    use macp_core::service::{CreateRoom, JoinRoom, PostFinding, RegisterArtifact, RequestUpload};
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = Arc::new(macp_local::SqliteStore::builder().data_dir(dir).open().unwrap());
+        let blobs = Arc::new(macp_local::blobs::LocalBlobStore::open(dir, "http://127.0.0.1:9").unwrap());
+        let m = macp_core::Macp::builder().store(store).blob_store(blobs.clone()).build().unwrap();
+        let who = macp_core::Principal::new("ana").unwrap();
+        let room = m.create_room(&who, CreateRoom::new(objective)).await.unwrap().room_id;
+        let agent = macp_core::AgentId::new("ana-claude").unwrap();
+        m.join_room(&who, JoinRoom::new(room).agent(agent.clone())).await.unwrap();
+        m.post_finding(&who, PostFinding::new(room, agent.clone(), finding)).await.unwrap();
+        for u in uploads {
+            let ticket = m
+                .request_artifact_upload(
+                    &who,
+                    RequestUpload {
+                        room_id: room,
+                        agent_id: Some(agent.clone()),
+                        filename: u.filename,
+                        content_type: u.content_type.into(),
+                        size: u.bytes.len() as u64,
+                    },
+                )
+                .await
+                .unwrap();
+            blobs.write_object(&ticket.key, u.content_type, u.bytes).await.unwrap();
+            m.register_artifact(
+                &who,
+                RegisterArtifact {
+                    room_id: room,
+                    agent_id: Some(agent.clone()),
+                    key: ticket.key,
+                    description: u.description,
+                    linked_finding_ids: vec![],
+                    linked_entity_ids: vec![],
+                    idempotency_key: None,
+                },
+            )
+            .await
+            .unwrap();
+        }
+        room.to_string()
+    })
 }
