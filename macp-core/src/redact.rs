@@ -386,6 +386,9 @@ struct Ctx<'a> {
     found: &'a mut Redactions,
     /// The text holds a JSON Web Key (`"kty"`), whose private members have one-letter names.
     jwk: bool,
+    /// The text is a JAAS configuration (`…LoginModule required`), whose `user_<name>="…"`
+    /// options are users' passwords (ZooKeeper's and Kafka's digest and plain logins).
+    jaas: bool,
     /// The text is a Kubernetes ConfigMap (see [`Ctx::new`]).
     configmap: bool,
     /// Reading text decoded from base64 inside another: not decoded again.
@@ -403,7 +406,8 @@ impl<'a> Ctx<'a> {
         // bytes: a 40-character piece of it is not taken for an AWS secret key by shape alone.
         let configmap = (text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
             && !text.contains("kind: Secret");
-        Ctx { off, found, jwk, configmap, nested, depth: 0 }
+        let jaas = text.contains("LoginModule");
+        Ctx { off, found, jwk, jaas, configmap, nested, depth: 0 }
     }
 
     /// The kind of secret `w` is by its shape alone, no key naming it ([`secret_kind`]), but
@@ -476,16 +480,17 @@ fn strip_private(text: &str, field: &str, found: &mut Redactions) -> Result<Stri
     Ok(out)
 }
 
-/// PEM private keys, whole: from `-----BEGIN … PRIVATE KEY-----` to its `-----END … -----`
-/// (also inside JSON, where the line breaks are `\n`), or to the end of the key material when
-/// a paste lost its end line. A block with no key material in it (`<omitted>`) is left alone.
+/// PEM private keys, whole: from `-----BEGIN … PRIVATE KEY-----` (or another secret block:
+/// OpenVPN's `Static key V1`, a TLS-auth or -crypt key) to its `-----END … -----` (also inside
+/// JSON, where the line breaks are `\n`), or to the end of the key material when a paste lost
+/// its end line. A block with no key material in it (`<omitted>`) is left alone.
 fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
     const BEGIN: &str = "-----BEGIN ";
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     while let Some(i) = text[at..].find(BEGIN).map(|i| at + i) {
         let head_end = text[i + BEGIN.len()..].find("-----").map(|e| i + BEGIN.len() + e + 5);
-        let is_private = head_end.is_some_and(|e| text[i..e].contains("PRIVATE KEY"));
+        let is_private = head_end.is_some_and(|e| secret_block(&text[i..e]));
         let Some(head_end) = head_end.filter(|_| is_private) else {
             out.push_str(&text[at..i + BEGIN.len()]);
             at = i + BEGIN.len();
@@ -500,9 +505,13 @@ fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
                 .find(|c: char| !(c.is_ascii_alphanumeric() || "+/=\\\r\n ".contains(c)))
                 .map_or(text.len(), |x| head_end + x),
         };
-        let material = text[head_end..end]
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '/' || c == '='))
-            .any(|run| run.len() >= 40);
+        // Base64 lines, or lines of hex (an OpenVPN key's are 32 characters each).
+        let runs = || {
+            text[head_end..end]
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '/' || c == '='))
+                .map(str::len)
+        };
+        let material = runs().any(|n| n >= 40) || runs().filter(|n| *n >= 16).sum::<usize>() >= 64;
         out.push_str(&text[at..i]);
         if material {
             out.push_str(&ctx.mask("private-key", &text[i..end]));
@@ -515,7 +524,15 @@ fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
     out
 }
 
-/// The spans of `-----BEGIN X-----` … `-----END X-----` blocks that hold no private key.
+/// A PEM header (`-----BEGIN X-----`) that opens a secret block: a private key, or a shared
+/// static key (OpenVPN's `Static key V1`, whatever its case).
+fn secret_block(head: &str) -> bool {
+    head.contains("PRIVATE KEY") || head.to_ascii_lowercase().contains("static key")
+}
+
+/// The spans of `-----BEGIN X-----` … `-----END X-----` blocks that hold no private key; a
+/// block shown cut short (`...` for some of its lines, or no end line at all) is one still, up
+/// to its last line of base64.
 fn public_blocks(text: &str) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut at = 0;
@@ -537,10 +554,25 @@ fn public_blocks(text: &str) -> Vec<(usize, usize)> {
             "PGP MESSAGE",
             "AGE ENCRYPTED FILE",
         ];
-        let base64 = |b: &str| b.chars().all(|c| c.is_ascii_alphanumeric() || "+/=\r\n\\ ".contains(c));
+        let base64 = |b: &str| b.chars().all(|c| c.is_ascii_alphanumeric() || "+/=\r\n\\ .…".contains(c));
         match text[h..].find(&end_marker) {
             Some(e) if PUBLIC.contains(&label) && base64(&text[h + 5..h + e]) => {
                 let end = h + e + end_marker.len();
+                out.push((i, end));
+                at = end;
+            }
+            // No end line: the block's lines of base64 (or `...`) after its header.
+            None if PUBLIC.contains(&label) => {
+                let body = h + 5;
+                let mut end = body;
+                for line in text[body..].split_inclusive('\n') {
+                    let t = line.trim();
+                    if !(t.is_empty() && end == body) && (t.is_empty() || !base64(t)) {
+                        break;
+                    }
+                    end += line.len();
+                }
+                let end = end.max(body);
                 out.push((i, end));
                 at = end;
             }
@@ -627,6 +659,9 @@ const SECRET_KEYS: &[&str] = &[
     "segredo",
     "segreto",
     "секрет",
+    // A Consul or Nomad ACL token's secret half, Vault AppRole's `secret_id` (the accessor and
+    // `role_id` are not secrets).
+    "secret_id",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -660,6 +695,20 @@ const PASSWORDS: &[&str] = &[
     "jelszo",
     "şifre",
     "sifre",
+    // Hindi, Indonesian and Malay (`kata sandi`), Greek, Hebrew, Romanian, Estonian, Latvian,
+    // Lithuanian, the South Slavic languages, Bulgarian.
+    "पासवर्ड",
+    "sandi",
+    "κωδικός",
+    "סיסמה",
+    "סיסמא",
+    "parolă",
+    "parool",
+    "parole",
+    "slaptažodis",
+    "lozinka",
+    "geslo",
+    "парола",
     "пароль",
     "Пароль",
     "ПАРОЛЬ",
@@ -694,6 +743,43 @@ fn is_password_key(key: &str) -> bool {
         &["password", "passwd", "pwd", "pass", "pw", "passphrase", "passcode", "requirepass", "masterauth"],
     ) || named(key, PASSWORDS)
         || (!key.is_ascii() && cjk_password(key))
+        || inflected_password(key)
+}
+
+/// A password's name inflected, as languages that decline their nouns write it in a sentence:
+/// Swedish and Norwegian `lösenordet`, Danish `adgangskoden`, Finnish `salasanan`, Turkish
+/// `şifresi`, Russian `пароля`, Polish `hasła`, Czech `hesla`, Hungarian `jelszava`: the stem and
+/// a short ending, any case. (Compared char by char: this runs for every word.)
+fn inflected_password(w: &str) -> bool {
+    // Every stem is four letters or more; most words are ruled out by their first letter,
+    // before any case folding.
+    let Some(first) = w.chars().next().filter(|_| w.len() >= 4) else {
+        return false;
+    };
+    let stems: &[&str] = match first {
+        'l' | 'L' => &["lösenord", "losenord", "lozink"],
+        'p' | 'P' => &["passord", "passwort"],
+        'a' | 'A' => &["adgangskode"],
+        's' | 'S' => &["salasan", "sifre", "senha"],
+        'ş' | 'Ş' => &["şifre"],
+        'п' | 'П' => &["парол"],
+        'h' | 'H' => &["hasł", "hasl", "hesl"],
+        'j' | 'J' => &["jelsz"],
+        'k' | 'K' => &["kennwort"],
+        'w' | 'W' => &["wachtwoord"],
+        'c' | 'C' => &["contraseña"],
+        _ => return false,
+    };
+    stems.iter().any(|stem| {
+        let mut rest = w.chars().flat_map(char::to_lowercase);
+        stem.chars().all(|c| rest.next() == Some(c)) && {
+            let mut n = 0;
+            rest.all(|c| {
+                n += 1;
+                c.is_alphabetic() && n <= 5
+            })
+        }
+    })
 }
 
 /// `key` (any case; a name of two words also without or with another separator: `secret_key`
@@ -770,8 +856,103 @@ fn is_secret_key(key: &str) -> bool {
     };
     // SECRET_KEYS holds the English names of passwords; other languages' are looked for after.
     !k.is_empty()
-        && (named(k, SECRET_KEYS) || named(k, PASSWORDS) || (!k.is_ascii() && cjk_password(k)))
+        && (named(k, SECRET_KEYS)
+            || named(k, PASSWORDS)
+            || (!k.is_ascii() && cjk_password(k))
+            || leading_password_name(k))
         && !named(k, NOT_SECRET_TOKENS)
+}
+
+/// A variable named for a password with what it is for after it, as Spanish, Portuguese,
+/// French and Italian order their words (`CONTRASENA_BD`, `SENHA_BANCO`, `password_prod`): the
+/// password's name first, then one or two qualifiers that are not a property of passwords
+/// (`PASSWORD_MIN_LENGTH`, `PASS_MAX_DAYS`, `PASSWORD_ENCRYPTION` are settings).
+fn leading_password_name(k: &str) -> bool {
+    let Some((head, tail)) = k.split_once(['_', '-']) else {
+        return false;
+    };
+    const SETTINGS: &[&str] = &[
+        "min",
+        "max",
+        "hash",
+        "hasher",
+        "hashers",
+        "hashing",
+        "salt",
+        "file",
+        "length",
+        "len",
+        "policy",
+        "reset",
+        "expiry",
+        "expires",
+        "expire",
+        "age",
+        "days",
+        "rounds",
+        "prompt",
+        "required",
+        "enabled",
+        "change",
+        "changed",
+        "url",
+        "path",
+        "strength",
+        "rule",
+        "rules",
+        "history",
+        "attempts",
+        "retries",
+        "ttl",
+        "store",
+        "manager",
+        "field",
+        "label",
+        "type",
+        "format",
+        "algorithm",
+        "algo",
+        "encoder",
+        "validator",
+        "validators",
+        "regex",
+        "pattern",
+        "complexity",
+        "lockout",
+        "chars",
+        "dir",
+        "encryption",
+        "auth",
+        "method",
+        "mode",
+        "scheme",
+        "warn",
+        "minlen",
+        "maxlen",
+        "through",
+        "thru",
+        "protected",
+        "less",
+        "reuse",
+        "lifetime",
+        "cmd",
+        "command",
+        "env",
+        "var",
+        "key",
+        "id",
+        "name",
+    ];
+    let password =
+        ["password", "passwd", "pwd"].iter().chain(PASSWORDS).any(|p| head.eq_ignore_ascii_case(p));
+    password
+        && tail.split(['_', '-']).count() <= 2
+        && tail.split(['_', '-']).all(|p| {
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_alphanumeric())
+                && !SETTINGS.iter().any(|x| p.eq_ignore_ascii_case(x))
+                && !property_noun(p)
+        })
 }
 
 /// `w` holds one of [`CJK_PASSWORDS`].
@@ -804,7 +985,18 @@ fn credential_like(w: &str) -> bool {
     // Both cases past the first letter: `Creation` is a word, `hBXVF1Y2` is not.
     let cases =
         w.chars().skip(1).any(|c| c.is_ascii_uppercase()) && w.chars().any(|c| c.is_ascii_lowercase());
-    w.len() >= 6 && (digit || cases) && !placeholder(w) && (digit || !camel_words(w))
+    w.len() >= 6 && (digit || cases) && !placeholder(w) && (digit || !camel_words(w)) && !date(w)
+}
+
+/// A date, maybe with its time (`2024-06-11`, `2024/06/11T03:01:44Z`): never a credential.
+fn date(w: &str) -> bool {
+    let b = w.as_bytes();
+    b.len() >= 10
+        && b[..4].iter().all(u8::is_ascii_digit)
+        && matches!(b[4], b'-' | b'/')
+        && b[5..7].iter().all(u8::is_ascii_digit)
+        && b[7] == b[4]
+        && b[8..10].iter().all(u8::is_ascii_digit)
 }
 
 /// A dotted name in lower case (`orders.v2.created`, `com.acme.app2`): a topic, a host, a
@@ -831,12 +1023,20 @@ fn camel_words(w: &str) -> bool {
 /// cases, and a symbol no word, version, time or path has (`lantern%maple7733`,
 /// `C#5AXL%h=ek.G`); not an address (`ops@example.com`) nor a `key=value` pair.
 fn password_like(w: &str) -> bool {
-    let symbol = w.chars().any(|c| "!#$%^&*+=?~".contains(c));
+    // Base64's padding is no symbol (`cGF5bWVudHM=` is an encoded word).
+    let symbol = w.trim_end_matches('=').chars().any(|c| "!#$%^&*+=?~".contains(c));
     let letters = w.chars().any(|c| c.is_ascii_alphabetic());
     let digit = w.chars().any(|c| c.is_ascii_digit());
     let cases = w.chars().any(|c| c.is_ascii_uppercase()) && w.chars().any(|c| c.is_ascii_lowercase());
+    // A key is named as code names things, in one case or camel case (`V32r2=FV+…` is a
+    // password holding `=`).
     let pair = w.split_once('=').is_some_and(|(k, _)| {
-        k.len() >= 2 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
+        let letters = k.trim_end_matches(|c: char| c.is_ascii_digit());
+        k.len() >= 2
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
+            && (!letters.bytes().any(|c| c.is_ascii_uppercase())
+                || !letters.bytes().any(|c| c.is_ascii_lowercase())
+                || letters.split(['_', '.', '-']).all(camel_words))
     });
     // Not a time (`2024-06-12T02:10:00+00:00`).
     let date = w.len() >= 10 && w.as_bytes()[4] == b'-' && w.as_bytes()[..4].iter().all(u8::is_ascii_digit);
@@ -933,6 +1133,70 @@ fn placeholder(w: &str) -> bool {
         // A value shown cut short (`sk-...RTBv`).
         || w.contains("...")
         || w.contains('…')
+        || field_template(w)
+        || cmdlet(w)
+        // A format verb or a bind parameter (`"password=%s"`, `{}`, `password = ?`, `:1`).
+        || (w.len() <= 3 && w.starts_with('%') && w[1..].bytes().all(|b| b.is_ascii_alphabetic()))
+        || matches!(w, "{}" | "?" | "{0}" | "{1}" | ":1" | ":2" | "$1" | "$2")
+}
+
+/// A value filled in later by name: a format string's field (`{password}`, f-strings,
+/// `str.format`), a Windows environment variable (`%DB_PASSWORD%`), a build's filtered property
+/// (Maven's and Ant's `@db.password@`).
+fn field_template(w: &str) -> bool {
+    let b = w.as_bytes();
+    let name = |s: &[u8]| {
+        !s.is_empty()
+            && s.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-' | b'[' | b']'))
+    };
+    (b.len() >= 3
+        && matches!((b[0], b[b.len() - 1]), (b'{', b'}') | (b'%', b'%') | (b'@', b'@'))
+        && name(&b[1..b.len() - 1]))
+        // Its closing brace taken off as a wrapper (`Password={password};`).
+        || (b.len() >= 4 && b[0] == b'{' && b[1..].iter().all(|c| c.is_ascii_lowercase() || *c == b'_'))
+}
+
+/// A PowerShell cmdlet (`Read-Host`, `Get-Credential`, `ConvertTo-SecureString`): an approved
+/// verb, `-`, a noun; what a value is read by, not the value.
+fn cmdlet(w: &str) -> bool {
+    const VERBS: &[&str] = &[
+        "Get",
+        "Set",
+        "Read",
+        "New",
+        "ConvertTo",
+        "ConvertFrom",
+        "Import",
+        "Export",
+        "Invoke",
+        "Add",
+        "Remove",
+        "Out",
+        "Write",
+        "Select",
+        "Test",
+        "Start",
+        "Stop",
+        "Format",
+        "Join",
+        "Split",
+        "Unprotect",
+        "Protect",
+        "Resolve",
+        "Find",
+        "Copy",
+        "Move",
+        "Register",
+        "Enter",
+        "Connect",
+    ];
+    w.split_once('-').is_some_and(|(verb, noun)| {
+        VERBS.contains(&verb)
+            && noun.len() >= 3
+            && noun.starts_with(|c: char| c.is_ascii_uppercase())
+            && noun.bytes().all(|c| c.is_ascii_alphabetic())
+            && noun.bytes().any(|c| c.is_ascii_lowercase())
+    })
 }
 
 /// Letters, a digit and a symbol no word has: a password's mix (see [`password_like`], which
@@ -970,10 +1234,16 @@ fn ciphertext(w: &str) -> bool {
 }
 
 /// A call that fetches a secret (`os.environ.get("X")`, `getenv('X')`): an identifier path
-/// before the first `(`.
+/// before the first `(`, not cased at random as a password is (`iQlH(PH131…`: code ends a
+/// name on a lower-case letter or a run of capitals, `HTTPBasicAuth`, `toJSON`).
 fn call(w: &str) -> bool {
     w.split_once('(').is_some_and(|(f, _)| {
-        !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
+        let b = f.as_bytes();
+        let random =
+            b.len() >= 2 && b[b.len() - 1].is_ascii_uppercase() && b[b.len() - 2].is_ascii_lowercase();
+        !f.is_empty()
+            && !random
+            && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
     })
 }
 
@@ -1192,6 +1462,9 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("tskey-", 30, true),          // Tailscale
     ("eyJrIjoi", 40, false),       // Grafana's older API keys (base64 of `{"k":`)
     ("cmVmdGtuOjAxOj", 60, false), // JFrog reference tokens (base64 of `reftkn:01:`)
+    ("xkeysib-", 60, true),        // Brevo (Sendinblue) API and SMTP keys
+    ("xsmtpsib-", 60, true),
+    ("phx_", 40, false), // PostHog personal API keys (`phc_` project keys are public)
 ];
 
 /// A vendor's token by its prefix ([`VENDOR_PREFIXES`]) or its shape; the part after a prefix
@@ -1229,6 +1502,16 @@ fn vendor_token(word: &str) -> Option<&'static str> {
     let atlas = word.len() >= 60 && word.split_once(".atlasv1.").is_some_and(|(a, b)| alnum(a) && b64url(b));
     let dynatrace = word.len() >= 60 && word.starts_with("dt0") && word.get(6..7) == Some(".");
     if dotted || atlas || dynatrace {
+        return Some("api-key");
+    }
+    // Resend: `re_`, eight characters, `_`, twenty-four or more.
+    if let Some((a, b)) = word.strip_prefix("re_").and_then(|body| body.split_once('_'))
+        && a.len() == 8
+        && b.len() >= 24
+        && alnum(a)
+        && alnum(b)
+        && random(b)
+    {
         return Some("api-key");
     }
     // Mailgun (`key-` and 32 hex), Mailchimp (32 hex, `-us` and its data centre), Braintree.
@@ -1349,7 +1632,8 @@ fn crypt_hash(w: &str) -> bool {
 /// is published.
 fn key_material_name(key: &str) -> bool {
     let k = key.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    named(k, &["key"])
+    // Consul's, Nomad's and Serf's gossip key is `encrypt`.
+    named(k, &["key", "encrypt"])
         && !k.bytes().any(|b| b == b' ')
         && !named(k, &["public_key", "pub_key", "host_key"])
         && !named(k, NOT_SECRET_TOKENS)
@@ -1381,6 +1665,9 @@ fn call_literal(w: &str) -> Option<(usize, &str)> {
     if open == 0 || !w[..open].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':')) {
         return None;
     }
+    // A Python bytes or raw string (`b'…'`) too.
+    let prefixed = matches!(w.as_bytes().get(open + 1), Some(b'b' | b'r' | b'f' | b'u'));
+    let open = if prefixed { open + 1 } else { open };
     let q = w[open + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))?;
     let at = open + 2;
     let end = w[at..].find(q).map_or(w.len(), |e| at + e);
@@ -1579,6 +1866,16 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     if let Some(s) = setter(w, ctx) {
         return s;
     }
+    // A literal passed to a call (`requests.post("https://discord.com/api/webhooks/…",`): read
+    // as a word of its own.
+    if let Some((at, lit)) = call_literal(w)
+        && !lit.is_empty()
+    {
+        let said = redact_word(lit, ctx);
+        if said != lit {
+            return format!("{}{said}{}", &w[..at], redact_word(&w[at + lit.len()..], ctx));
+        }
+    }
     // `key=value` pairs, several joined by `?`, `&`, `;` or `,` (a URL query, a cookie, a CSV
     // line), or `key:value`; a value that is itself `key=value` is looked into.
     let mut out = String::with_capacity(w.len());
@@ -1685,33 +1982,54 @@ fn pairs(v: &str) -> bool {
 /// `setPassword("…")`, `.password('…')`, `withApiKey("…")`, SQL's `PASSWORD('…')`: a literal
 /// handed to a setter named for a secret. A getter's argument is the secret's name
 /// (`getPassword("smtp")`), so only `set…`, `with…` or the key's bare name count.
+///
+/// Every call of a builder's chain is looked at (`PgConnectOptions::new().host("…")
+/// .password("…")`, one word), each `(` once; one inside a string literal opens no call.
 fn setter(w: &str, ctx: &mut Ctx<'_>) -> Option<String> {
-    let open = w.find('(')?;
-    if w[..open].contains(['\'', '"']) {
-        return None;
+    let mut out = String::new();
+    let (mut copied, mut from, mut quotes) = (0, 0, 0usize);
+    while let Some(k) = w[from..].find('(') {
+        let open = from + k;
+        quotes += w[from..open].bytes().filter(|b| matches!(b, b'\'' | b'"')).count();
+        from = open + 1;
+        let Some(quote) = w[from..].chars().next().filter(|c| matches!(c, '"' | '\'')) else {
+            continue;
+        };
+        let start = w[..open].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+        if quotes % 2 == 1 || !(start == 0 || w[..start].ends_with(['.', ':'])) {
+            continue;
+        }
+        let name = &w[start..open];
+        let bare = ["set", "with"]
+            .iter()
+            .find_map(|p| name.strip_prefix(p).filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase())));
+        let secret = match bare {
+            Some(n) => is_secret_key(n),
+            None => SECRET_KEYS.iter().any(|k| suffix_at(name.as_bytes(), k.as_bytes()) == Some(0)),
+        };
+        if !secret {
+            continue;
+        }
+        let at = open + 2;
+        let value = &w[at..];
+        let value = &value[..value.find(quote).unwrap_or(value.len())];
+        let key = bare.unwrap_or(name);
+        let kind = secret_kind(value);
+        if kind.is_none() && !secret_value(value, !is_password_key(key)) {
+            continue;
+        }
+        out.push_str(&w[copied..at]);
+        out.push_str(&ctx.mask(kind.unwrap_or("secret"), value));
+        copied = at + value.len();
+        // Past the closing quote: the opening one was not counted either.
+        from = (copied + 1).min(w.len());
+        out.push_str(&w[copied..from]);
+        copied = from;
     }
-    let arg = &w[open + 1..];
-    let quote = arg.chars().next().filter(|c| matches!(c, '"' | '\''))?;
-    let name = w[..open].rsplit(['.', ':']).next()?;
-    let bare = ["set", "with"]
-        .iter()
-        .find_map(|p| name.strip_prefix(p).filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase())));
-    let secret = match bare {
-        Some(n) => is_secret_key(n),
-        None => SECRET_KEYS.iter().any(|k| suffix_at(name.as_bytes(), k.as_bytes()) == Some(0)),
-    };
-    if !secret {
-        return None;
-    }
-    let value = &arg[1..];
-    let value = &value[..value.find(quote).unwrap_or(value.len())];
-    let key = bare.unwrap_or(name);
-    let kind = secret_kind(value);
-    if kind.is_none() && !secret_value(value, !is_password_key(key)) {
-        return None;
-    }
-    let at = open + 2;
-    Some(format!("{}{}{}", &w[..at], ctx.mask(kind.unwrap_or("secret"), value), &w[at + value.len()..]))
+    (copied > 0).then(|| {
+        out.push_str(&w[copied..]);
+        out
+    })
 }
 
 /// `key=value` or `key:value` with the value masked when the key names a secret or the value is
@@ -1766,8 +2084,9 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             None => (value, ""),
         };
         let bare = value.trim_matches(|c| c == '"' || c == '\'');
-        let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) {
-            value_of_key(value, !is_password_key(key), ctx)
+        let jaas_user = ctx.jaas && key.len() > 5 && key.starts_with("user_");
+        let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
+            value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
         } else if key_material_name(key) && key_material(bare) {
             Some(ctx.mask("secret", bare))
         } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
@@ -1819,6 +2138,12 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(&body[..=i]);
                 out.push('{');
                 &value[1..]
+            }
+            // An array of objects (`"TunnelOptions":[{"PreSharedKey":"…"}]`).
+            None if value.len() > 2 && value.starts_with("[{") && after.is_empty() => {
+                out.push_str(&body[..=i]);
+                out.push_str("[{");
+                &value[2..]
             }
             None => {
                 out.push_str(&inside(body, ctx));
@@ -1980,6 +2305,16 @@ fn key_qualifier(l: &[u8]) -> bool {
             | b"subscription"
             | b"account"
             | b"storage"
+            // Keys named for their cipher or use (Kubernetes' `secretbox` and `aescbc`
+            // encryption keys, a gossip key, an HMAC or a JWT signing key).
+            | b"secretbox"
+            | b"aescbc"
+            | b"aesgcm"
+            | b"aes"
+            | b"hmac"
+            | b"gossip"
+            | b"symmetric"
+            | b"jwt"
     )
 }
 
@@ -2004,6 +2339,8 @@ fn login_word(l: &[u8]) -> bool {
             | b"credenciais"
             | b"credenziali"
             | b"inloggegevens"
+            | b"logged"
+            | b"logon"
     )
 }
 
@@ -2094,6 +2431,16 @@ fn stated_value(w: &str) -> bool {
         && !placeholder(w)
 }
 
+/// Hex of sixteen bytes or more (an AES or HMAC key, a private key's 64 digits), with letters
+/// and digits.
+fn long_hex(w: &str) -> bool {
+    let w = w.strip_prefix("0x").unwrap_or(w);
+    (32..=128).contains(&w.len())
+        && w.bytes().all(|c| c.is_ascii_hexdigit())
+        && w.bytes().any(|c| c.is_ascii_digit())
+        && w.bytes().any(|c| c.is_ascii_alphabetic())
+}
+
 /// An OTP seed (a TOTP secret): base32, sixteen characters or more, one case, with a digit.
 fn base32_seed(w: &str) -> bool {
     let b = w.as_bytes();
@@ -2107,6 +2454,68 @@ fn base32_seed(w: &str) -> bool {
 /// Four characters of base32: a group of a seed written for people to type.
 fn base32_group(w: &str) -> bool {
     w.len() == 4 && w.bytes().all(|c| c.is_ascii_alphabetic() || (b'2'..=b'7').contains(&c))
+}
+
+/// A word of a wallet's seed phrase (BIP 39's words are three to eight lower-case letters),
+/// not one of the short words prose is made of.
+fn seed_word(w: &str) -> bool {
+    (3..=8).contains(&w.len())
+        && w.bytes().all(|b| b.is_ascii_lowercase())
+        && !matches!(
+            w,
+            "the"
+                | "and"
+                | "for"
+                | "from"
+                | "with"
+                | "that"
+                | "this"
+                | "was"
+                | "were"
+                | "are"
+                | "has"
+                | "have"
+                | "been"
+                | "into"
+                | "when"
+                | "then"
+                | "they"
+                | "them"
+                | "but"
+                | "not"
+                | "our"
+                | "its"
+                | "your"
+                | "will"
+                | "would"
+                | "should"
+                | "could"
+                | "which"
+                | "there"
+                | "their"
+                | "what"
+                | "after"
+                | "before"
+        )
+}
+
+/// A shell's positional parameter (`$3`, `"$3"`, `${3}`): its number.
+fn positional_ref(w: &str) -> Option<u8> {
+    let w = w.trim_matches(['"', '\'']).strip_prefix('$')?;
+    let w = w.strip_prefix('{').and_then(|x| x.strip_suffix('}')).unwrap_or(w);
+    match w.as_bytes() {
+        [d @ b'1'..=b'9'] => Some(d - b'0'),
+        _ => None,
+    }
+}
+
+/// A list item's marker: `1.`, `2)`, `-`, `*`, `•`.
+fn list_marker(w: &str) -> bool {
+    let b = w.as_bytes();
+    matches!(w, "-" | "*" | "•")
+        || ((2..=3).contains(&b.len())
+            && matches!(b[b.len() - 1], b'.' | b')')
+            && b[..b.len() - 1].iter().all(u8::is_ascii_digit))
 }
 
 /// A recovery or backup code: letters and digits, maybe in groups (`9iq7o-7nu0k`,
@@ -2151,18 +2560,140 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("Twilio", 1, true),
     ("algoliasearch", 1, true),
     ("create", 1, true),
+    ("AcsClient", 1, true),
+    ("BasicAWSCredentials", 1, true),
+    ("NewStaticCredentials", 1, true),
+    ("NewStaticCredentialsProvider", 1, true),
+    ("StorageSharedKeyCredential", 1, true),
+    ("AzureNamedKeyCredential", 1, true),
+    // Logins of other protocols: Redis's `AUTH user password`, Go's SMTP, MQTT, LDAP binds.
+    ("auth", 1, false),
+    ("PlainAuth", 2, false),
+    ("username_pw_set", 1, false),
+    ("simple_bind_s", 1, false),
+    ("simple_bind", 1, false),
+    ("bind_s", 1, false),
+    ("ldap_bind", 2, false),
+    // Keys handed to a cipher, a MAC, a token signer or a wallet: `Fernet(b'…')`,
+    // `hmac.new(b"…", body, …)`, `jwt.sign(payload, "…")`, `new ethers.Wallet('…')` (a name
+    // with a `.` is matched with what it is called on).
+    ("Fernet", 0, true),
+    ("AESGCM", 0, true),
+    ("ChaCha20Poly1305", 0, true),
+    ("hmac.new", 0, true),
+    ("HMAC", 0, true),
+    ("createHmac", 1, true),
+    ("jwt.sign", 1, true),
+    ("jwt.encode", 1, true),
+    ("jwt.decode", 1, true),
+    ("jwt.verify", 1, true),
+    ("Wallet", 0, true),
+    ("privateKeyToAccount", 0, true),
 ];
 
 /// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
-/// [`CREDENTIAL_CALLS`]: the commas left before its secret argument, and whether that must look
-/// like a key.
-fn credential_call(w: &str) -> Option<(usize, bool)> {
+/// [`CREDENTIAL_CALLS`], or a login given as a pair (`auth=('user', 'password')`,
+/// `basic_auth=(…)`): where its `(` is, and the argument to read.
+fn credential_call(w: &str) -> Option<(usize, CallArg)> {
     let open = w.find('(')?;
-    let name = w[..open].rsplit(['.', ':', '>', ' ']).next()?;
-    let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| *n == name)?;
-    let commas = w[open..].matches(',').count();
-    // All of it in this one word (`PDO('a','b','c')`) is read by the word's own rules.
-    (commas <= at && !w[open..].contains(')')).then_some((at - commas, key))
+    let callee = &w[..open];
+    let arg = |left, key| Some((open, CallArg { left, key, depth: 0, quote: None, words: 32 }));
+    if let Some(k) = callee.strip_suffix(['=', ':']) {
+        return named(k.trim_matches(['"', '\'']), &["auth"]).then(|| arg(1, false)).flatten();
+    }
+    let name = callee.rsplit(['.', ':', '>', ' ']).next()?;
+    let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| {
+        *n == name
+            || (n.contains('.')
+                && callee.ends_with(n)
+                && !callee[..callee.len() - n.len()]
+                    .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+    })?;
+    arg(at, key)
+}
+
+/// A call whose argument is a credential, read as its text goes by: the commas left before it
+/// (those inside brackets and strings are not the call's), and whether it must look like a key.
+#[derive(Clone, Copy)]
+struct CallArg {
+    left: usize,
+    key: bool,
+    depth: u8,
+    quote: Option<u8>,
+    /// Words left to read: a call not closed within them is not followed further.
+    words: u8,
+}
+
+/// What [`CallArg::scan`] found in a piece of the call.
+enum Scan {
+    /// The argument is still to come.
+    Open,
+    /// The call ended, or its argument is not a literal.
+    Done,
+    /// The argument is the quoted literal at this span.
+    Literal(usize, usize),
+}
+
+impl CallArg {
+    /// Reads the next piece of the call's text, once, byte by byte.
+    fn scan(&mut self, s: &str) -> Scan {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            if let Some(q) = self.quote {
+                if c == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if c == q {
+                    self.quote = None;
+                }
+            } else if self.left == 0 && self.depth == 0 {
+                match c {
+                    b' ' | b'\t' => {}
+                    // A Python bytes or raw string (`b'…'`).
+                    b'b' | b'r' | b'f' | b'u' if matches!(b.get(i + 1), Some(b'"' | b'\'')) => {}
+                    b'"' | b'\'' | b'`' => {
+                        let start = i + 1;
+                        return match s[start..].find(c as char) {
+                            Some(e) => Scan::Literal(start, start + e),
+                            None => Scan::Done,
+                        };
+                    }
+                    _ => return Scan::Done,
+                }
+            } else {
+                match c {
+                    b'"' | b'\'' | b'`' => self.quote = Some(c),
+                    b'(' | b'[' | b'{' => self.depth = self.depth.saturating_add(1),
+                    b')' | b']' | b'}' if self.depth == 0 => return Scan::Done,
+                    b')' | b']' | b'}' => self.depth -= 1,
+                    b';' if self.depth == 0 => return Scan::Done,
+                    b',' if self.depth == 0 => self.left = self.left.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        if self.words == 0 {
+            return Scan::Done;
+        }
+        self.words -= 1;
+        Scan::Open
+    }
+
+    /// Whether `lit`, in the argument's place, is the credential.
+    fn takes(&self, lit: &str) -> bool {
+        if self.key {
+            secret_kind(lit).is_some()
+                || (lit.len() >= 16 && credential_like(lit) && !lit.contains(['/', '.']))
+                || key_material(lit)
+                || long_hex(lit)
+        } else {
+            secret_value(lit, false)
+        }
+    }
 }
 
 /// The command on a line that starts with a shell prompt: `$ cat …`, `# …`, `> …`,
@@ -2188,7 +2719,24 @@ fn reveals_secret(cmd: &str) -> bool {
     let l = without_placeholders(cmd).to_ascii_lowercase();
     let l = l.split(' ').filter(|w| !w.ends_with(".pub")).collect::<Vec<_>>().join(" ");
     let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
-    let makes = l.contains("openssl rand") || l.starts_with("pwgen") || l.contains("rails secret");
+    // Generators of keys and passwords (`wg genkey`, `consul keygen`, `kubeadm token create`,
+    // bytes from `/dev/urandom`), not `ssh-keygen`, which prints a public key and a fingerprint.
+    let makes = l.contains("openssl rand")
+        || l.starts_with("pwgen")
+        || l.contains("rails secret")
+        || [
+            "genkey",
+            "genpsk",
+            "token create",
+            "token generate",
+            "/dev/urandom",
+            "gen-random",
+            "secrets.token_",
+            "mkpasswd",
+        ]
+        .iter()
+        .any(|g| l.contains(g))
+        || (l.contains("keygen") && !l.contains("ssh-keygen"));
     let first = l.split_whitespace().find(|w| *w != "sudo").unwrap_or("");
     let reader = matches!(
         first,
@@ -2408,7 +2956,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut seed_run = 0u8;
     // A call whose n-th argument is a password or key (`new PDO(dsn, user, password)`,
     // `Client(sid, token)`): the commas left before it, and whether it must look like a key.
-    let mut call_arg: Option<(usize, bool)> = None;
+    let mut call_arg: Option<CallArg> = None;
     // An SNMP command on this line: its `-A`/`-X` take passphrases, `-c` a community.
     let mut snmp = false;
     // The last word qualifies a token ("auth token", "bot token").
@@ -2419,6 +2967,31 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut pw_line = false;
     // The last word ended a sentence (`.`, `?`, `!`, `。`, `？`, `！` after it).
     let mut sentence_end = false;
+    // The word before the last (`USER db2inst1 USING …`).
+    let mut last2 = "";
+    // `openssl` on this line: its `-K` and `-k` take a key and a password.
+    let mut openssl = false;
+    // `net use` on this line: a password follows its `/user:NAME`.
+    let mut net_use = false;
+    // After `ConvertTo-SecureString`: its quoted string is a password in plain text.
+    let mut secure_string = false;
+    // A `|` after an echoed word: it is fed to the next command (`echo … | az devops login`).
+    let mut piped = false;
+    // A here-string (`<<< '…'`) on a line whose command reads a password.
+    let mut herestring_pw = false;
+    // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
+    // and after its `key`: `1`, the key (or its type digit) is next; `2`, after the type digit.
+    let mut device_line = false;
+    let mut device_key = 0u8;
+    // A shell function being defined on these lines, and one whose n-th argument it passes as
+    // a password (`f() { mysqldump … -p"$3" …; }`): its calls' n-th word is one.
+    let mut shell_fn_def: Option<&str> = None;
+    let mut shell_fn: Option<(&str, u8)> = None;
+    let mut prev_flag = false;
+    // Lines left in which a seed phrase may stand (after "seed phrase", "mnemonic"), and words
+    // to pass before looking for one again.
+    let mut mnemonic = 0u8;
+    let mut mnemonic_skip = 0u8;
     let mut rest = text;
     while !rest.is_empty() {
         let ws = gap(rest);
@@ -2436,10 +3009,43 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
             }
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or("");
+            device_line = matches!(
+                first,
+                "radius-server"
+                    | "tacacs-server"
+                    | "radius"
+                    | "tacacs"
+                    | "key"
+                    | "crypto"
+                    | "ntp"
+                    | "server-private"
+                    | "username"
+                    | "enable"
+                    | "aaa"
+                    | "ip"
+            );
+            // `name() {` or `function name {` starts a shell function.
+            let defined = first.strip_suffix("()").or_else(|| {
+                (first == "function")
+                    .then(|| words.next().map(|n| n.trim_end_matches(['(', ')', '{'])))
+                    .flatten()
+            });
+            if let Some(name) = defined.filter(|n| !n.is_empty()) {
+                shell_fn_def = Some(name);
+            } else if first.starts_with('}') {
+                shell_fn_def = None;
+            }
         }
         if let Some(nl) = rest[..ws].rfind('\n') {
             sql_tool = false;
             snmp = false;
+            openssl = false;
+            net_use = false;
+            piped = false;
+            herestring_pw = false;
+            mnemonic = mnemonic.saturating_sub(1);
             pw_line = false;
             claimed = None;
             // An echoed word is read as a password only on its own line (`echo … | sudo -S`).
@@ -2483,6 +3089,32 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // `echo 'X' > ~/.vault_pass`: the echoed word written to a file named for a secret
         // (`>` is all wrapper, so it is read here).
+        // `vncpasswd -f <<< '…'`: a here-string fed to a command that reads a password, read as
+        // an echoed word is (and taken at once when the line names a password).
+        if raw == "<<<" {
+            // The line around it, a few hundred bytes each way (a line of many `<<<` is not read
+            // whole for each).
+            let line_start = out.rfind('\n').map_or(0, |i| i + 1).max(out.len().saturating_sub(256));
+            let line_start = (line_start..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
+            let line_end = rest.find('\n').unwrap_or(rest.len()).min(256);
+            let line_end = (0..=line_end).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
+            let line = format!("{} {}", &out[line_start..], &rest[..line_end]);
+            let l = without_placeholders(&line).to_ascii_lowercase();
+            herestring_pw = ["passwd", "password", "login", "kinit", " -s ", "secret", "token", "pass "]
+                .iter()
+                .any(|t| l.contains(t));
+            after_echo = true;
+            out.push_str(raw);
+            continue;
+        }
+        if raw == "|" && echoed.is_some() {
+            piped = true;
+        }
+        // A command ends at `;`, `&&` or `||`: what was echoed is not read by the next one.
+        if matches!(raw, "&&" | "||" | ";") || raw.ends_with(';') {
+            echoed = None;
+            piped = false;
+        }
         if matches!(raw, ">" | ">>")
             && rest.split_whitespace().next().is_some_and(|f| {
                 let f = without_placeholders(f).to_ascii_lowercase();
@@ -2514,6 +3146,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 prev_qualifies = false;
                 prev_token_q = false;
                 seed_run = 0;
+                device_key = 0;
+                secure_string = false;
+                herestring_pw = false;
                 last = core;
             };
         }
@@ -2525,10 +3160,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             pending = None;
             // A placeholder is an argument of a credential call too: in the secret's place it
             // is the secret (the next argument is not), before it its commas count.
-            call_arg = call_arg.and_then(|(left, key)| {
-                let commas = raw.matches(',').count();
-                (left > 0 && !raw.contains([')', ';'])).then(|| (left.saturating_sub(commas), key))
-            });
+            call_arg = call_arg.and_then(|mut c| matches!(c.scan(raw), Scan::Open).then_some(c));
             out.push_str(raw);
             continue;
         }
@@ -2544,6 +3176,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         let before = std::mem::replace(&mut last, core);
+        let before2 = std::mem::replace(&mut last2, before);
         // A label's `:` only on the line of a password's name ("senha do banco de homologação:
         // …"); elsewhere a colon starts any field (`protocol: TLSv1.3`, `X-Request-Id: …`).
         // Not once the sentence is about something of the secret's other than its value ("the
@@ -2574,8 +3207,96 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 claimed = Some((s, e, word, n - 1));
             }
         }
+        // A network device's key or password, after its type digit if it has one (`key 0 …`,
+        // `key 7 0822…`, `secret 0 …`).
+        match std::mem::take(&mut device_key) {
+            1 if core.len() == 1 && core.as_bytes()[0].is_ascii_digit() => {
+                device_key = 2;
+                out.push_str(raw);
+                continue;
+            }
+            n @ (1 | 2)
+                if (if n == 2 { secret_value(core, false) } else { credential_like(core) })
+                    && !dotted_name(core)
+                    && !core.contains("://") =>
+            {
+                pending = None;
+                out.push_str(pre);
+                out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), core));
+                out.push_str(post);
+                continue;
+            }
+            _ => {}
+        }
+        if device_line && matches!(core, "key" | "secret" | "password" | "authentication-key" | "md5") {
+            device_key = 1;
+        }
+        // `ConvertTo-SecureString "…" -AsPlainText` (or `-String "…"`).
+        if std::mem::take(&mut secure_string) {
+            if core.eq_ignore_ascii_case("-String") {
+                secure_string = true;
+                out.push_str(raw);
+                continue;
+            }
+            if pre.ends_with(['"', '\'']) && secret_value(core, false) {
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", core));
+                out.push_str(post);
+                continue;
+            }
+        }
+        if core.eq_ignore_ascii_case("ConvertTo-SecureString") {
+            secure_string = true;
+        }
+        // A wallet's seed phrase: twelve to twenty-four short lower-case words in a row, after
+        // "seed phrase", "recovery phrase", "mnemonic" (one placeholder for the phrase).
+        let noun = core.trim_end_matches(':');
+        if noun.eq_ignore_ascii_case("mnemonic")
+            || ((noun.eq_ignore_ascii_case("phrase") || noun.eq_ignore_ascii_case("words"))
+                && ["seed", "recovery", "secret", "backup", "wallet"]
+                    .iter()
+                    .any(|q| before.eq_ignore_ascii_case(q)))
+        {
+            mnemonic = 2;
+            mnemonic_skip = 0;
+        } else if mnemonic > 0 && mnemonic_skip > 0 {
+            mnemonic_skip -= 1;
+        } else if mnemonic > 0 && post.is_empty() && seed_word(core) {
+            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+            let (mut n, mut end, mut at) = (1usize, 0usize, 0usize);
+            while n <= 24 {
+                let t = &line[at..];
+                let ws = t.len() - t.trim_start_matches([' ', '\t']).len();
+                let w = &t[ws..t[ws..].find([' ', '\t']).map_or(t.len(), |e| ws + e)];
+                let bare = w.trim_end_matches(['.', ',', ';', '!', '?', '"', '\'', '`', ')']);
+                if !seed_word(bare) {
+                    break;
+                }
+                n += 1;
+                at += ws + bare.len();
+                end = at;
+                if bare.len() < w.len() {
+                    break;
+                }
+                at += w.len() - bare.len();
+            }
+            if (12..=24).contains(&n) {
+                let phrase = format!("{core}{}", &rest[..end]);
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", &phrase));
+                rest = &rest[end..];
+                mnemonic = 0;
+                continue;
+            }
+            mnemonic_skip = (n - 1).min(24) as u8;
+        }
         // Recovery codes, one after another, each a secret.
         if codes > 0 {
+            // A numbered or bulleted list of them (`1. 7165 4207`): the marker is none.
+            if list_marker(raw) {
+                out.push_str(raw);
+                continue;
+            }
             if recovery_code(core) {
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
@@ -2620,23 +3341,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         // A positional credential in a call, once its commas are counted.
-        if let Some((left, key)) = call_arg.take() {
-            let quoted = pre.ends_with(['"', '\'']);
-            if left == 0 {
-                let ok = if key {
-                    secret_kind(core).is_some()
-                        || (core.len() >= 16 && credential_like(core) && !core.contains(['/', '.']))
-                } else {
-                    secret_value(core, false)
-                };
-                if quoted && ok {
-                    out.push_str(pre);
-                    out.push_str(&ctx.mask(secret_kind(core).unwrap_or("secret"), core));
-                    out.push_str(post);
+        if let Some(mut c) = call_arg.take() {
+            match c.scan(raw) {
+                Scan::Open => call_arg = Some(c),
+                Scan::Literal(s, e) if c.takes(&raw[s..e]) => {
+                    let lit = &raw[s..e];
+                    out.push_str(&raw[..s]);
+                    out.push_str(&ctx.mask(secret_kind(lit).unwrap_or("secret"), lit));
+                    out.push_str(&raw[e..]);
                     continue;
                 }
-            } else if !raw.contains([')', ';']) {
-                call_arg = Some((left.saturating_sub(raw.matches(',').count()), key));
+                _ => {}
             }
         }
         if std::mem::take(&mut reveal_word)
@@ -2726,8 +3441,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
-        // `Authorization: Basic …`: the scheme stays, the credential after it goes.
-        if let Some(kind) = auth_scheme(core) {
+        // `Authorization: Basic …`: the scheme stays, the credential after it goes. A scheme is
+        // a bare word: `"token",` is an item of a list (`{"password", "token", …}`).
+        if let Some(kind) = auth_scheme(core).filter(|_| !post.contains(['"', '\'', ',', ';'])) {
             // After `Authorization:`, not after `bearer` ("every bearer token issued …").
             if pending.is_some_and(|(k, _)| k == "secret") {
                 pending = Some((kind, false));
@@ -2741,7 +3457,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         pw_window = pw_window.saturating_sub(1);
-        if matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
+        // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
+        // `| gh auth login --with-token`).
+        if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
+            || (piped && matches!(core, "login" | "--with-token" | "passwd")))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -2750,6 +3469,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             replace_span(&mut out, (s, e), &m, claimed.as_mut().map(|c| (&mut c.0, &mut c.1)));
         }
         if std::mem::take(&mut after_echo) && secret_value(core, false) && !core.starts_with('-') {
+            if std::mem::take(&mut herestring_pw) {
+                out.push_str(pre);
+                out.push_str(&ctx.mask("secret", core));
+                out.push_str(post);
+                continue;
+            }
             let s = out.len() + pre.len();
             echoed = Some((s, s + core.len(), core.to_owned()));
         }
@@ -2780,6 +3505,40 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if command == "net" && core.eq_ignore_ascii_case("user") {
             // `net user NAME PASSWORD /add` (Windows).
             positional = Some(1);
+        } else if command == "net" && core.eq_ignore_ascii_case("use") {
+            net_use = true;
+        } else if net_use && core.get(..6).is_some_and(|u| u.eq_ignore_ascii_case("/user:")) {
+            // `net use Z: \\host\share /user:DOMAIN\name PASSWORD`.
+            positional = Some(0);
+        } else if core == "store" && matches!(before, "api-key" | "apikey") {
+            // `confluent api-key store KEY SECRET`.
+            positional = Some(1);
+        } else if let Some((_, n)) = shell_fn.filter(|(f, _)| *f == core) {
+            // A call of a shell function that passes its n-th argument as a password.
+            positional = Some(n - 1);
+        }
+        // Inside a shell function: a password flag given a positional parameter (`-p"$3"`,
+        // `--password="$3"`, `-p "$3"`).
+        if let Some(f) = shell_fn_def {
+            let glued = core.strip_prefix("-p").and_then(positional_ref);
+            let pair = core
+                .split_once('=')
+                .filter(|(k, _)| secret_flag(k).is_some() || is_password_key(k))
+                .and_then(|(_, v)| positional_ref(v));
+            let after_flag = if prev_flag { positional_ref(core) } else { None };
+            if let Some(n) = glued.or(pair).or(after_flag) {
+                shell_fn = Some((f, n));
+            }
+        }
+        prev_flag = secret_flag(core).is_some();
+        // DB2's and Informix's `CONNECT TO db USER name USING password`.
+        if core.eq_ignore_ascii_case("using") && before2.eq_ignore_ascii_case("user") {
+            pending = Some(("secret", false));
+            out.push_str(raw);
+            continue;
+        }
+        if core == "openssl" {
+            openssl = true;
         }
         // Redis's `AUTH [user] password`, in a script or after `redis-cli`'s `host:port>`
         // prompt: the line's last word.
@@ -2859,8 +3618,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             sql_tool = true;
         }
         // `sqlplus user/password@db`, `user/password@//host:1521/SERVICE`: Oracle's login.
-        if let Some((user, tail)) = core.split_once('/')
+        // In a JDBC URL, after its driver's name (`jdbc:oracle:thin:user/password@//host…`).
+        if let Some((head, tail)) = core.split_once('/')
             && let Some((pass, host)) = tail.split_once('@')
+            && let user =
+                if head.starts_with("jdbc:oracle:") { head.rsplit(':').next().unwrap_or(head) } else { head }
             && (sql_tool || host.starts_with("//"))
             && !user.is_empty()
             && user.chars().all(|c| c.is_ascii_alphanumeric() || "_$#".contains(c))
@@ -2868,9 +3630,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && credential_like(pass)
         {
             out.push_str(pre);
-            out.push_str(&core[..=user.len()]);
+            out.push_str(&core[..=head.len()]);
             out.push_str(&ctx.mask("secret", pass));
-            out.push_str(&core[user.len() + 1 + pass.len()..]);
+            out.push_str(&core[head.len() + 1 + pass.len()..]);
             out.push_str(post);
             continue;
         }
@@ -2896,7 +3658,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             snmp = true;
         }
         // SNMPv3's authentication and privacy passphrases, v2c's community.
-        if secret_flag(core).is_some() || (snmp && matches!(core, "-A" | "-X" | "-c")) {
+        if secret_flag(core).is_some()
+            || (snmp && matches!(core, "-A" | "-X" | "-c"))
+            || (openssl && matches!(core, "-K" | "-k"))
+        {
             // Weak even for `--password`: "Using --password via the CLI is insecure".
             pending = Some(("secret", true));
             out.push_str(raw);
@@ -2962,7 +3727,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
             let at_value = stated || pre.ends_with(['"', '\'', '`']);
             stated_secret(core, |w| {
-                strong_credential(w) || password_like(w) || base32_seed(w) || (at_value && stated_value(w))
+                strong_credential(w)
+                    || password_like(w)
+                    || base32_seed(w)
+                    || (at_value && stated_value(w))
+                    // Key material, base64 or hex, in a sentence about the secret's value.
+                    || (!about_other && (key_material(w) || long_hex(w)))
             })
         } else if login_window > 0 {
             stated_secret(core, password_like)
@@ -2989,9 +3759,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // `ngrok config add-authtoken 2Xy…`, `snmp-server community qaeM6…`: a long credential
         // right after a key's name; or a quoted one (nginx's `proxy_set_header X-Api-Key "…";`,
         // Apache's `RequestHeader set X-Api-Key "…"`).
+        // Not a signature named in a sentence ("Solana signature 5xT…", "the commit's signature
+        // …"): a transaction's or a commit's is published.
         let quoted = pre.ends_with(['"', '\'']);
+        let signature = || named(before, &["signature", "sig"]);
+        // An SNMP community of any length on an SNMP line (`snmp-server community Ybdf… RO`).
+        let community = (snmp && before == "community") || matches!(before, "rocommunity" | "rwcommunity");
         if bare_key == Some(true)
-            && ((core.len() >= 16 && strong_credential(core)) || (quoted && secret_value(core, true)))
+            && !signature()
+            && ((core.len() >= 16 && strong_credential(core))
+                || (quoted && secret_value(core, true))
+                || (community && credential_like(core) && !dotted_name(core)))
         {
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
@@ -3042,8 +3820,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // サーバーは …", written without spaces).
             let tail = core.rsplit(['。', '？', '！']).next().unwrap_or(core);
             let closed = tail.len() < core.len() && !is_password_key(tail);
-            pending = (!closed).then_some(("secret", true));
-            pw_window = if closed { 0 } else { 12 };
+            // Nor when it is a variable in a list of arguments (`auth=(user, password), timeout=10`).
+            pending = (!closed && !post.contains([')', ','])).then_some(("secret", true));
+            pw_window = if closed { 0 } else { 14 };
             about_other = false;
             pw_line = true;
         } else if matches!(l, b"secret" | b"passphrase") {
@@ -3069,8 +3848,21 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // `new PDO($dsn, 'user', 'password')`, `Client("SK…", "token")`: a call whose n-th
         // argument is a credential.
-        if let Some(c) = credential_call(raw) {
-            call_arg = Some(c);
+        if let Some((open, mut c)) = credential_call(raw) {
+            let (head, args) = raw.split_at(open + 1);
+            match c.scan(args) {
+                Scan::Open => call_arg = Some(c),
+                // The argument in this word too (`Fernet(b'…')`, `hmac.new(b"…",`).
+                Scan::Literal(s, e) if c.takes(&args[s..e]) => {
+                    let lit = &args[s..e];
+                    out.push_str(head);
+                    out.push_str(&args[..s]);
+                    out.push_str(&ctx.mask(secret_kind(lit).unwrap_or("secret"), lit));
+                    out.push_str(&args[e..]);
+                    continue;
+                }
+                _ => {}
+            }
         }
         // `auth="Bearer at_…"`, `upstream_http_authorization="Basic …"`, `FLY_API_TOKEN="FlyV1
         // fm2_…"`: a secret's value quoted with a space in it, its first word a scheme (or a
@@ -3374,6 +4166,288 @@ mod tests {
             "api = Client(\"https://api.acme.io\", \"application/json\")",
             "$pdo = new PDO($dsn, $user, $pass, $options);",
             "| key | description |\n| API_TOKEN | the token used by CI |",
+        ]);
+    }
+
+    #[test]
+    fn openvpn_static_key_blocks_are_masked_whole() {
+        masks_each(&[(
+            "<tls-auth>\n-----BEGIN OpenVPN Static key V1-----\n1e7e168e406be9d7578c3e91e0272e20\nff08db1fab5d307b94aafb07d649d1e9\n195f2bfb9cc4e4297e2ff992bb03c676\n-----END OpenVPN Static key V1-----\n</tls-auth>",
+            "ff08db1fab5d",
+        )]);
+    }
+
+    #[test]
+    fn public_blocks_shown_cut_short_are_left_alone() {
+        leaves_each(&[
+            "-----BEGIN CERTIFICATE-----\nMIIDdzCCAl+gAwIBAgIU2YB3sBpACf5M1LwS8fyugD5pslfrlGqYB+8gh1/PCcoF\n+aMrE22o2cUdgffD4kOTXX0v5xBLabwzeYKyEjsi/Z3HDJhWwNKJZ14HBru1fJkQ\n...\n-----END CERTIFICATE-----",
+            "ca.crt (public):\n-----BEGIN CERTIFICATE-----\nMIIFazCCA1OgAwIBAgIRMSWB8b8yarhPt54bB9JAuC3+1E0ZWhpcoAEAvwSys5fy\nz2Ham0SY19eFm79s1ul2wuaBerDnJVciZHgjLtjd900F/BOmQvPWfH/1h+2Rupe6\n...",
+        ]);
+    }
+
+    #[test]
+    fn format_fields_env_references_build_properties_and_bind_parameters_are_placeholders() {
+        leaves_each(&[
+            "conn_str = f\"postgresql://{user}:{password}@{host}/{db}\"",
+            "conn = \"Server={server};User Id={user};Password={password};\"",
+            "password = %PASSWORD%\nuser = %USERNAME%",
+            "jdbc.password=@db.password@\njdbc.url=jdbc:postgresql://@db.host@:5432/app",
+            "logger.info(\"password=%s\", pw)",
+            "UPDATE users SET password = ? WHERE id = ?",
+        ]);
+    }
+
+    #[test]
+    fn powershell_cmdlets_are_not_values() {
+        leaves_each(&[
+            "$securePw = Read-Host -AsSecureString -Prompt 'Enter SQL password'",
+            "$cred = Get-Credential -Credential (New-Object PSCredential('CORP\\ops', $sec))",
+        ]);
+    }
+
+    #[test]
+    fn convertto_securestring_plain_text_is_masked() {
+        masks_each(&[
+            ("$sec = ConvertTo-SecureString \"joDQKXWD2~4O9ew%lr0sK\" -AsPlainText -Force", "joDQKXWD2~4O"),
+            ("(ConvertTo-SecureString -String 'Z+0lg*0*lldhrsRc' -AsPlainText -Force)", "Z+0lg*0*lldh"),
+        ]);
+    }
+
+    #[test]
+    fn a_password_holding_a_bracket_is_not_a_call() {
+        masks_each(&[("docker login fra.ocir.io -u 'ops' -p 'iQlH(PH131R4E3ALRG(]'", "iQlH(PH131R4")]);
+        leaves_each(&[
+            "password = os.getenv(\"DB_PASS\")",
+            "auth = HTTPBasicAuth(settings.JIRA_USER, settings.JIRA_API_TOKEN)",
+        ]);
+    }
+
+    #[test]
+    fn dates_schemes_in_lists_and_signatures_in_prose_are_not_secrets() {
+        leaves_each(&[
+            "| Key name | Type | Last rotated |\n|---|---|---|\n| DB_PASSWORD | password | 2024-05-30 |",
+            "LOG_FILTER_KEYS = {\"password\", \"token\", \"authorization\", \"cookie\"}",
+            "Solana signature hyHFUFeU9umF3MZhcGwaWYx2QJvPDodeVYSzr8w4dTLA5drDTkYWP4EzdAhK4iXpATasNUV4V6qB78Ug4PjAxLj failed",
+            "resp = requests.get(url, auth=(user, password), timeout=10)",
+            "echo \"build-2024.1\" | tee version.txt; az login --identity",
+        ]);
+    }
+
+    #[test]
+    fn passwords_named_in_more_languages_and_inflected_are_masked() {
+        masks_each(&[
+            ("प्रोडक्शन सर्वर का पासवर्ड BYXr96Ll9kz5V3I5s%D9rF है", "BYXr96Ll9kz5"),
+            ("Lösenordet till wifi-gästnätet i serverhallen är Xo3Te-pOdYS-zs.", "Xo3Te-pOdYS-zs"),
+            ("Sunucunun root şifresi Basalt192#9BPuB, lütfen paylaşmayın.", "Basalt192#9B"),
+            ("CONTRASENA_BD=\"Nutmeg500$xy2LA\"  # no subir esto", "Nutmeg500$xy"),
+            ("SENHA_BANCO='Pinheiro#2291'", "Pinheiro#2291"),
+        ]);
+        leaves_each(&[
+            "PASSWORD_MIN_LENGTH=12",
+            "PASSWORD_ENCRYPTION=scram-sha-256",
+            "Şifreniz başarıyla değiştirildi.",
+        ]);
+    }
+
+    #[test]
+    fn secret_ids_and_keys_named_for_their_cipher_are_masked() {
+        masks_each(&[
+            ("consul acl bootstrap output: SecretID: Ong0ne6zhKIiGThkcMmRLonC", "Ong0ne6zhKIi"),
+            (
+                "# enc.yaml has secretbox key 4af1a97099d0816220fe625d5dc319b7fe89ca2e10ac4d4a1924f7a7e7e81769",
+                "4af1a97099d0",
+            ),
+            ("Unseal Key 1: YusHmCMO86+6XlqLTeSSeTJ/ttr1/U9W42JZP3tatc0=", "YusHmCMO86+6"),
+            ("server {\n  encrypt = \"n0lG4S9Z3fnE8gGCN0mCFeGajl3mDCxMcU2pX14g7zE=\"\n}", "n0lG4S9Z3fnE"),
+        ]);
+    }
+
+    #[test]
+    fn logins_and_passwords_stated_further_into_a_sentence_are_masked() {
+        masks_each(&[
+            (
+                "I logged into the router with admin / V32r2=FV+~J2hVEU80fx and the NAT table is full",
+                "V32r2=FV+~J2",
+            ),
+            (
+                "grafana admin password was never changed from the one in the helm install notes (g^re0wFJm0t^DMWZGq=14o).",
+                "g^re0wFJm0t^",
+            ),
+        ]);
+        leaves_each(&["username field in the secret decodes fine: cGF5bWVudHM= -> payments"]);
+    }
+
+    #[test]
+    fn numbered_recovery_codes_are_masked() {
+        masks_each(&[("Google backup codes (breakglass admin)\n1. 7165 4207\n2. 6614 6814", "6614 6814")]);
+        leaves_each(&["The backup codes are stored in 1Password:\n1. ops\n2. sre"]);
+    }
+
+    #[test]
+    fn jaas_user_passwords_json_arrays_of_objects_and_jdbc_oracle_urls_are_masked() {
+        masks_each(&[
+            (
+                "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n  user_super=\"2abEOsB#dy3lyMwfh\";\n};",
+                "2abEOsB#dy3l",
+            ),
+            (
+                "--options '{\"TunnelOptions\":[{\"PreSharedKey\":\"4mxX1M9bVfp3_xPLEQl9p2oRqmiWhHhT\"}]}'",
+                "4mxX1M9bVfp3",
+            ),
+            (
+                "jdbc:oracle:thin:scott_app/Cinder.thistle5041_@//ora-rac-scan.corp:1521/ERPPRD",
+                "Cinder.thistle",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn snmp_communities_and_network_device_keys_are_masked() {
+        masks_each(&[
+            ("snmp-server community Ybdfmb9aTGoi RO 10", "Ybdfmb9aTGoi"),
+            ("rocommunity s3cr3tCommunity 10.0.0.0/8", "s3cr3tCommunity"),
+            ("radius-server host 10.30.0.10 auth-port 1812 key Z3m%PABIbNt5YluDs9P=b", "Z3m%PABIbNt5"),
+            ("username admin privilege 15 secret 0 Cisco#9931x", "Cisco#9931x"),
+            ("tacacs-server host 10.1.1.5 key 7 0822455D0A16", "0822455D0A16"),
+        ]);
+        leaves_each(&[
+            "snmp-server community public RO",
+            "join the community edition2 forum",
+            "key rotation is done by ops2",
+        ]);
+    }
+
+    #[test]
+    fn secrets_printed_by_a_generator_are_masked() {
+        masks_each(&[
+            ("$ wg genkey | tee privatekey\nA9RgRQERRKQk1J4qhI2xQbw0EipU7Qoz7bHQnDC7PSM=", "A9RgRQERRKQk"),
+            ("$ consul keygen\npUqJrVyVRj5jsiYEkM/tFQYfWyJIv4s3XkvDwy7Cu5s=", "pUqJrVyVRj5j"),
+        ]);
+    }
+
+    #[test]
+    fn credential_calls_count_their_arguments_past_brackets_and_strings() {
+        masks_each(&[
+            ("conn.simple_bind_s('cn=admin,dc=example,dc=org', 'Tundra638!KmVxR')", "Tundra638!Km"),
+            (
+                "jwt.sign({ sub: user.id, role: user.role }, \"b8b637b6fe05a3cc6f1b2e77c48f1467\", { expiresIn: '1h' })",
+                "b8b637b6fe05",
+            ),
+            (
+                "auth := smtp.PlainAuth(\"\", \"reports@acme.io\", \"Juniper+quartz8763*\", \"smtp.acme.io\")",
+                "Juniper+quartz",
+            ),
+            ("client.username_pw_set(\"sensor-gw\", \"Meadow_bramble917!\")", "Meadow_bramble"),
+            ("await client.auth('default', 'G#WFZwQX6q~+1ssn7');", "G#WFZwQX6q~+"),
+            (
+                "client = AcsClient(\n    \"LTAI5tuqpBdq87STXxuxTTKj\",\n    \"xrfVvbLmSUio5FtEl8w37a4o3LIZZJ\",\n    \"cn-beijing\")",
+                "xrfVvbLmSUio",
+            ),
+            (
+                "resp = requests.get(url, auth=('svc-export', 'Tamarind871$xhngF'), timeout=10)",
+                "Tamarind871$",
+            ),
+        ]);
+        leaves_each(&[
+            "token = jwt.encode(payload, settings.SECRET_KEY, algorithm=\"HS256\")",
+            "resp = requests.get(url, auth=('svc-export', os.environ['PW']), timeout=10)",
+            "client.connect(\"mqtt.factory.local\", 8883)",
+        ]);
+    }
+
+    #[test]
+    fn keys_handed_to_ciphers_macs_and_wallets_are_masked() {
+        masks_each(&[
+            ("cipher = Fernet(b'PxydpWFqZXvV3hrxJx_UNwfcb5UKlzFoeHSkDp2ExtY=')", "PxydpWFqZXvV"),
+            (
+                "mac = hmac.new(b\"8ee4d96bad762d89df1d808295627e6d273ca596\", body, hashlib.sha256)",
+                "8ee4d96bad76",
+            ),
+            (
+                "new ethers.Wallet('99aa7838bca02a0027b825a8058a570cc71a97923b033483fcb5086be0545042', provider)",
+                "99aa7838bca0",
+            ),
+        ]);
+        leaves_each(&[
+            "msg = hmac.new(key, body, hashlib.sha256)",
+            "new ethers.Wallet(process.env.PK, provider)",
+            "f = Fernet(key)",
+        ]);
+    }
+
+    #[test]
+    fn every_setter_of_a_builder_chain_and_literals_passed_to_calls_are_read() {
+        masks_each(&[
+            (
+                "PgConnectOptions::new().host(\"10.0.0.8\").username(\"indexer\").password(\"j-I0xJ4xYMmI9a87\").database(\"chain\")",
+                "j-I0xJ4xYMmI",
+            ),
+            (
+                "requests.post(\"https://discordapp.com/api/webhooks/479478858276535750/1c5rphP1W7lp9u5j9sJDebRFS6I_nNWGuUMs8jyuHO\", json=x)",
+                "1c5rphP1W7lp",
+            ),
+            ("const resend = new Resend('re_NweMNb8b_1ZqkHbl9O6mBYKdtKuzR80DT');", "NweMNb8b_1Zq"),
+        ]);
+        leaves_each(&["print(\"Processing https://example.com/api/v1/items?id=42\", flush=True)"]);
+    }
+
+    #[test]
+    fn here_strings_and_piped_logins_take_the_echoed_secret() {
+        masks_each(&[
+            ("vncpasswd -f <<< 'q5n6nHyi' > ~/.vnc/passwd", "q5n6nHyi"),
+            (
+                "echo \"hxj7rwhhxh6lb5vi6w4kyq3fstxx\" | az devops login --organization https://dev.azure.com/x",
+                "hxj7rwhhxh6l",
+            ),
+            ("echo \"ghx7rwhhxh6lb5vi6w4kyq3fstxx\" | gh auth login --with-token", "ghx7rwhhxh6l"),
+        ]);
+        leaves_each(&[
+            "docker run -it --rm ubuntu bash <<< 'echo hello-world1'",
+            "echo \"$GH_TOKEN\" | gh auth login --with-token",
+        ]);
+    }
+
+    #[test]
+    fn positional_passwords_of_openssl_db2_net_use_and_confluent_are_masked() {
+        masks_each(&[
+            ("openssl enc -aes-128-cbc -K 1fd4fd1b79047a07085832e423d42967 -in dump.sql", "1fd4fd1b7904"),
+            ("db2 connect to SAMPLE user db2inst1 using dz9b52Pwjp1EHAqz", "dz9b52Pwjp1E"),
+            (
+                "C:\\> net use Z: \\\\nas02\\archive /user:CORP\\svc_archive z5urhvgTv!uX=tzBv8Y0FJ /persistent:no",
+                "z5urhvgTv!uX",
+            ),
+            (
+                "confluent api-key store PI4VBA3V24INF604 Vv2WQkx9HGrrVoOLwnNJW2mAtfYDPj3iP/bSoqAMygcK --resource lkc-1",
+                "Vv2WQkx9HGrr",
+            ),
+        ]);
+        leaves_each(&[
+            "openssl s_client -connect host:443 -servername host",
+            "SELECT * FROM users u JOIN orders o USING (user_id)",
+            "net use Z: \\\\nas02\\archive /user:CORP\\svc_archive * /persistent:no",
+        ]);
+    }
+
+    #[test]
+    fn a_shell_functions_password_argument_is_masked_at_its_calls() {
+        masks_each(&[(
+            "export_db() { mysqldump -h \"$1\" -u \"$2\" -p\"$3\" \"$4\"; }\nexport_db 10.0.4.11 export 'Heron434Qz7bT3' shop",
+            "Heron434Qz7bT3",
+        )]);
+        leaves_each(&[
+            "export_db() { mysqldump -h \"$1\" -u \"$2\" -p\"$3\" \"$4\"; }\nexport_db \"$HOST\" \"$USER\" \"$PASS\" shop",
+        ]);
+    }
+
+    #[test]
+    fn seed_phrases_are_masked_whole() {
+        masks_each(&[(
+            "wallet seed phrase (do NOT lose): tongue lumber shadow violin reform canvas whisper drift exhaust oyster glance awake",
+            "lumber",
+        )]);
+        leaves_each(&[
+            "the seed phrase was never stored in any file on the old laptop before the incident began",
+            "mnemonic generation uses entropy from system random source then derives seeds using pbkdf2 hashing",
         ]);
     }
 
