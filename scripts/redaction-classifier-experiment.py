@@ -7,7 +7,7 @@ features.
 
     cargo run --release -p macp-examples --bin redact-jsonl -- \
         macp-core/tests/redaction-{corpus,holdout,blind,final,unseen,sixth,seventh,eighth}.jsonl > dump.jsonl
-    python3 scripts/redaction-classifier-experiment.py dump.jsonl
+    python3 scripts/redaction-classifier-experiment.py dump.jsonl [NEVER_TUNED_SET]
 
 What it does: every word of a text that could be a secret (6-256 characters of two or more
 kinds: lower, upper, digit, symbol; quoted literals whole, `key=value` values alone) gets
@@ -20,7 +20,7 @@ of an innocent text negative, any other word of a secret's text a weak negative.
 model then masks words of the rules' output whose score passes a threshold.
 
 Leave one set out: for each set, train on the development sets but that one (never on the
-eighth, the never-tuned set), and measure recall and false positives on it (rules, then the
+never-tuned set, `eighth` unless named), and measure recall and false positives on it (rules, then the
 model). `gated` only lets the model mask a word on a line that names a credential (pass, key,
 token, secret, auth, … in several languages).
 """
@@ -31,7 +31,6 @@ import random
 import re
 import sys
 
-SETS = ["corpus", "holdout", "blind", "final", "unseen", "sixth", "seventh", "eighth"]
 QUOTED = re.compile(r"""(['"`])([^\s'"`]{6,256})\1""")
 BARE = re.compile(r"""[^\s"'`()\[\]{}<>,;|]+""")
 WORD = re.compile(r"\w+")
@@ -202,10 +201,12 @@ def masked(weights, out, threshold, gated):
 
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1])]
-    by_set = {s: [r for r in rows if r["set"] == s] for s in SETS}
+    never = sys.argv[2] if len(sys.argv) > 2 else "eighth"
+    sets = list(dict.fromkeys(r["set"] for r in rows))
+    by_set = {s: [r for r in rows if r["set"] == s] for s in sets}
     print("held-out set | model | threshold | recall (rules -> rules+model) | false positives")
-    for held in SETS:
-        weights = train([r for s in SETS if s not in (held, "eighth") for r in by_set[s]])
+    for held in sets:
+        weights = train([r for s in sets if s not in (held, never) for r in by_set[s]])
         for gated in (False, True):
             for threshold in (0.5, 0.8, 0.95):
                 secrets = caught = innocent = changed = rules_caught = rules_changed = 0

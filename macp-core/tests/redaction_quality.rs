@@ -14,7 +14,9 @@
 //!   positives at most 1% (an innocent text changed) in every set.
 //! - Every text is redacted twice: the second pass must change nothing. Text that already holds
 //!   the redactor's own placeholders (a note pasted back, a row edited) is stored as it is.
-//! - No set here is still untuned: the next honest figure needs a new blind set.
+//! - `redaction-ninth.jsonl`, written the same way and never tuned against: the honest figure
+//!   (recall 0.886, false positives 3.00% with the rules tuned on seven sets; recall 0.906, false
+//!   positives 3.25% after the tuning on the eighth), held to that level as a regression floor.
 
 use macp_core::redact::{Redactions, Redactor};
 
@@ -133,3 +135,29 @@ fn the_redactor_reaches_its_goal_on_the_development_sets() {
     println!("redaction, development sets together: recall {recall:.4} ({caught}/{secrets})");
     assert!(recall >= 0.98, "recall {recall:.4} < 0.98");
 }
+
+/// The never-tuned set, `redaction-ninth.jsonl`: written by someone who had not read the rules
+/// nor any other set, and measured as written (BENCHMARKS.md keeps the figures). It is held to
+/// that level as a regression floor; tuning on it would make it one more development set, and
+/// the next honest figure would need a new blind set.
+#[test]
+fn the_redactor_holds_its_level_on_the_never_tuned_set() {
+    let s = measure("ninth", include_str!("redaction-ninth.jsonl"));
+    assert!(
+        s.recall() >= NEVER_TUNED_RECALL,
+        "ninth: recall {:.4} fell below {NEVER_TUNED_RECALL}",
+        s.recall()
+    );
+    assert!(
+        s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES,
+        "ninth: false positives {:.2}% rose above {:.2}%",
+        s.false_positives() * 100.0,
+        NEVER_TUNED_FALSE_POSITIVES * 100.0
+    );
+}
+
+/// What the ninth set measured after the tuning on the eighth (recall 0.9057: 317 of 350
+/// secrets; false positives 3.25%: 13 of 400 innocent texts changed), rounded to the floor it
+/// is held to.
+const NEVER_TUNED_RECALL: f64 = 0.90;
+const NEVER_TUNED_FALSE_POSITIVES: f64 = 0.033;
