@@ -792,9 +792,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             // It indexes the findings, as a server would: one process per local data directory.
             let _lock = lock_data(&cfg)?;
-            // A file is read as it is parsed, twice (its head, then the bundle), rather than held
-            // whole beside the bundle; standard input, which cannot be read twice, is held until
-            // it is parsed.
+            // A file is read as it is parsed, rather than held whole beside the bundle; standard
+            // input, which cannot be read twice, is held until it is parsed.
             let parsed = if bundle.as_os_str() == "-" {
                 use std::io::Read as _;
                 let mut buf = Vec::new();
@@ -838,35 +837,63 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
-/// A bundle read from `name`: its format and version first, so that a bundle of a newer
-/// version says so rather than fail on a field this build does not know.
+/// A bundle read from `name` as it is parsed. The format and version are the core's to check
+/// (`import_room`); when the file does not parse as a bundle, its head alone is read again, so
+/// that a bundle of a newer version says so rather than fail on a field this build does not know.
 fn parse_bundle<R: std::io::Read>(
     open: impl Fn() -> std::io::Result<R>,
     name: &str,
 ) -> Result<macp_core::service::RoomBundle, String> {
-    /// What says which bundle a file is, read before the rest, so that a newer version is named
-    /// as such rather than as a parse error.
-    #[derive(serde::Deserialize)]
-    struct Head {
-        #[serde(default)]
-        format: serde_json::Value,
-        #[serde(default)]
-        version: serde_json::Value,
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    /// The `format` and `version` of a JSON object, everything else skipped unread.
+    struct Head(serde_json::Value, serde_json::Value);
+    impl<'de> Visitor<'de> for Head {
+        type Value = Head;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Head, A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "format" => self.0 = map.next_value()?,
+                    "version" => self.1 = map.next_value()?,
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(self)
+        }
     }
+
     let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
-    let read = |e: std::io::Error| format!("cannot read {name}: {e}");
-    let head: Head = serde_json::from_reader(open().map_err(read)?).map_err(|e| not(&e))?;
-    if head.format != macp_core::service::BUNDLE_FORMAT {
+    let unread = |e: &dyn std::fmt::Display| format!("cannot read {name}: {e}");
+    let failed = |e: serde_json::Error| match e.classify() {
+        serde_json::error::Category::Io => unread(&e),
+        _ => not(&e),
+    };
+    let first = match serde_json::from_reader(open().map_err(|e| unread(&e))?) {
+        Ok(bundle) => return Ok(bundle),
+        Err(e) => e,
+    };
+    if first.classify() == serde_json::error::Category::Io {
+        return Err(unread(&first));
+    }
+    let mut de = serde_json::Deserializer::from_reader(open().map_err(|e| unread(&e))?);
+    let Head(format, version) =
+        de.deserialize_map(Head(serde_json::Value::Null, serde_json::Value::Null)).map_err(failed)?;
+    if format != macp_core::service::BUNDLE_FORMAT {
         return Err(not(&"no `format: macp-room-bundle`"));
     }
-    let version = head.version.as_u64().unwrap_or(0);
+    let version = version.as_u64().unwrap_or(0);
     if version > u64::from(macp_core::service::BUNDLE_VERSION) {
         return Err(format!(
             "{name} is a version {version} bundle; this macp reads versions up to {}: import it with a newer macp",
             macp_core::service::BUNDLE_VERSION
         ));
     }
-    serde_json::from_reader(open().map_err(read)?).map_err(|e| not(&e))
+    Err(not(&first))
 }
 
 /// Writes what `write` writes to a new file only its owner can read (a bundle holds the whole room), whole

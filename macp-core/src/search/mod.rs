@@ -144,7 +144,7 @@ pub trait VectorIndex: Send + Sync + Debug {
     /// Inserts or replaces records.
     async fn upsert(&self, records: &[VectorRecord]) -> Result<()>;
 
-    /// Removes records (absent ids are ignored).
+    /// Removes records, any number of them (absent ids are ignored).
     async fn delete(&self, room_id: RoomId, ids: &[FindingId]) -> Result<()>;
 
     /// The `k` nearest records of a room.

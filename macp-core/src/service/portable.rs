@@ -98,7 +98,8 @@ impl Macp {
     /// redactor on the way out, so that patterns added since the room was written apply too.
     ///
     /// The room should be quiet (closed, say): a room that keeps changing while it is read is
-    /// refused with a retryable `conflict` rather than exported half-old, half-new.
+    /// refused with a retryable `conflict` rather than exported half-old, half-new. An artifact
+    /// whose bytes are missing on every read is `not_found`, naming each such object.
     pub async fn export_room(&self, room_id: RoomId, scrub: bool) -> Result<RoomBundle> {
         let store = &self.inner.store;
         let mut changed = String::new();
@@ -175,14 +176,19 @@ impl Macp {
         }
         // Bytes missing on every read are not a write in flight: they are gone (deleted from the
         // bucket by hand, say), and reading again will not bring them back.
-        if let Some((id, key)) = lost.and_then(|l| l.into_iter().next()) {
+        let lost = lost.unwrap_or_default();
+        if let Some((_, key)) = lost.first() {
+            let ids: Vec<String> = lost.iter().map(|(id, _)| id.to_string()).collect();
             return Err(Error::not_found_hint(
                 "artifact object",
                 key,
                 format!(
-                    "artifact {id} of room {room_id} is registered but its bytes are gone from artifact \
-                     storage; restore the object from a backup, or erase the artifact (erase, with \
-                     its id) and export again"
+                    "{} artifact(s) of room {room_id} are registered but their bytes are gone from \
+                     artifact storage ({}: {}); restore the objects from a backup, or erase the \
+                     artifacts (erase, with their ids) and export again",
+                    lost.len(),
+                    ids.join(", "),
+                    lost.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             ));
         }
@@ -308,6 +314,14 @@ impl Macp {
         let mut objects = Vec::with_capacity(live.len());
         let mut missing = Vec::new();
         for a in live {
+            // Once one is missing the export reads again (or fails): the rest are only looked
+            // for, not read, so that every missing one is named.
+            if !missing.is_empty() {
+                if blobs.head(&a.key).await?.is_none() {
+                    missing.push((a.artifact_id, a.key.clone()));
+                }
+                continue;
+            }
             match blobs.read_object(&a.key).await? {
                 Some((meta, bytes)) => objects.push(StoredObject {
                     key: a.key.clone(),
@@ -367,8 +381,7 @@ impl Macp {
             // earlier import cut short left it (maybe bytes since erased at the source). The
             // bundle's bytes replace all of it.
             blobs.delete_prefix(&super::artifacts::room_prefix(room_id)).await?;
-            for o in objects {
-                let bytes = decode(&o)?;
+            for (o, bytes) in objects {
                 blobs.write_object(&o.key, &o.content_type, bytes).await?;
                 written.push(o.key);
                 report.objects += 1;
@@ -408,20 +421,16 @@ impl Macp {
     }
 }
 
-/// The bytes of a bundle's object.
-fn decode(o: &StoredObject) -> Result<Vec<u8>> {
-    STANDARD
-        .decode(&o.base64)
-        .map_err(|e| Error::invalid("bundle", format!("the bytes of {} are not base64: {e}", o.key)))
-}
-
-/// The bundle's objects, each checked to decode to the size its artifact's record says before
-/// anything is written. Their bytes are decoded again one at a time as they are written, so that
-/// an import holds one decoded object, not all of them beside their base64.
-fn decode_objects(b: &mut RoomBundle) -> Result<Vec<StoredObject>> {
+/// The bundle's objects with their bytes, each the size its artifact's record says: all decoded
+/// before anything is written. Each object's base64 is dropped once decoded, so an import holds
+/// the bytes once (and for a moment one object twice), not the base64 beside them.
+fn decode_objects(b: &mut RoomBundle) -> Result<Vec<(StoredObject, Vec<u8>)>> {
     let mut out = Vec::with_capacity(b.objects.len());
-    for o in std::mem::take(&mut b.objects) {
-        let bytes = decode(&o)?;
+    for mut o in std::mem::take(&mut b.objects) {
+        let bytes = STANDARD
+            .decode(&o.base64)
+            .map_err(|e| Error::invalid("bundle", format!("the bytes of {} are not base64: {e}", o.key)))?;
+        o.base64 = String::new();
         let artifact = b.record.artifacts.iter().find(|a| a.key == o.key);
         if let Some(a) = artifact.filter(|a| a.erased.is_some() || a.size != bytes.len() as u64) {
             return Err(Error::invalid(
@@ -436,7 +445,7 @@ fn decode_objects(b: &mut RoomBundle) -> Result<Vec<StoredObject>> {
                 ),
             ));
         }
-        out.push(o);
+        out.push((o, bytes));
     }
     Ok(out)
 }
