@@ -1995,7 +1995,11 @@ fn setter(w: &str, ctx: &mut Ctx<'_>) -> Option<String> {
         let Some(quote) = w[from..].chars().next().filter(|c| matches!(c, '"' | '\'')) else {
             continue;
         };
-        let start = w[..open].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+        // Past the last character that is not part of a name, however many bytes it takes.
+        let start = w[..open]
+            .char_indices()
+            .rfind(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_'))
+            .map_or(0, |(i, c)| i + c.len_utf8());
         if quotes % 2 == 1 || !(start == 0 || w[..start].ends_with(['.', ':'])) {
             continue;
         }
@@ -4492,6 +4496,21 @@ mod tests {
             .unwrap()
             .join()
             .expect("the redactor returns on a 2 MiB stack")
+    }
+
+    #[test]
+    fn a_call_after_a_multibyte_character_does_not_split_it() {
+        // A setter's name is found back from its `(`: the character before the name can take
+        // more than one byte (this panicked, found by a fuzz run of the sets' texts with
+        // multi-byte characters sprinkled in).
+        let r = Redactor::new();
+        for t in ["endGridAPICılient('SG.FjgKya')", "é.password('Tundra638!KmVxR')", "日本setPassword(\"x\")"]
+        {
+            let once = r.text(t, "content", &mut Redactions::default()).unwrap();
+            assert_eq!(r.text(&once, "content", &mut Redactions::default()).unwrap(), once);
+        }
+        let out = r.text("é.password('Tundra638!KmVxR')", "content", &mut Redactions::default()).unwrap();
+        assert!(!out.contains("Tundra638"), "{out}");
     }
 
     #[test]
