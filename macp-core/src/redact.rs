@@ -872,6 +872,7 @@ fn leading_password_name(k: &str) -> bool {
         return false;
     };
     const SETTINGS: &[&str] = &[
+        "hint",
         "min",
         "max",
         "hash",
@@ -1979,6 +1980,16 @@ fn pairs(v: &str) -> bool {
     })
 }
 
+/// Whether the line `out` ends on names `word` (ASCII, any case) in its last 256 bytes: a bounded
+/// look back, whatever the line's length.
+fn line_so_far_has(out: &str, word: &str) -> bool {
+    let tail = out.len().saturating_sub(256);
+    let tail = (tail..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
+    let line = &out[tail..];
+    let line = &line[line.rfind('\n').map_or(0, |i| i + 1)..];
+    line.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+}
+
 /// `setPassword("…")`, `.password('…')`, `withApiKey("…")`, SQL's `PASSWORD('…')`: a literal
 /// handed to a setter named for a secret. A getter's argument is the secret's name
 /// (`getPassword("smtp")`), so only `set…`, `with…` or the key's bare name count.
@@ -3049,6 +3060,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             net_use = false;
             piped = false;
             herestring_pw = false;
+            device_key = 0;
             mnemonic = mnemonic.saturating_sub(1);
             pw_line = false;
             claimed = None;
@@ -3098,10 +3110,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if raw == "<<<" {
             // The line around it, a few hundred bytes each way (a line of many `<<<` is not read
             // whole for each).
-            let line_start = out.rfind('\n').map_or(0, |i| i + 1).max(out.len().saturating_sub(256));
-            let line_start = (line_start..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
-            let line_end = rest.find('\n').unwrap_or(rest.len()).min(256);
-            let line_end = (0..=line_end).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
+            // Each search stays inside its window: a long line of many `<<<` would otherwise be
+            // scanned to its ends for each.
+            let tail = out.len().saturating_sub(256);
+            let tail = (tail..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
+            let line_start = out[tail..].rfind('\n').map_or(tail, |i| tail + i + 1);
+            let head = rest.len().min(256);
+            let head = (0..=head).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
+            let line_end = rest[..head].find('\n').unwrap_or(head);
             let line = format!("{} {}", &out[line_start..], &rest[..line_end]);
             let l = without_placeholders(&line).to_ascii_lowercase();
             herestring_pw = ["passwd", "password", "login", "kinit", " -s ", "secret", "token", "pass "]
@@ -3151,6 +3167,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 prev_token_q = false;
                 seed_run = 0;
                 device_key = 0;
+                mnemonic = 0;
                 secure_string = false;
                 herestring_pw = false;
                 last = core;
@@ -3219,6 +3236,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(raw);
                 continue;
             }
+            // The hash a key is for, after its number (`authentication-key 1 md5 …`).
+            2 if ["md5", "sha1", "sha256", "hmac-sha1", "hmac-sha256"]
+                .iter()
+                .any(|h| core.eq_ignore_ascii_case(h)) =>
+            {
+                device_key = 2;
+                out.push_str(raw);
+                continue;
+            }
             n @ (1 | 2)
                 if (if n == 2 { secret_value(core, false) } else { credential_like(core) })
                     && !dotted_name(core)
@@ -3232,7 +3258,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
             _ => {}
         }
-        if device_line && matches!(core, "key" | "secret" | "password" | "authentication-key" | "md5") {
+        if device_line
+            && matches!(core, "key" | "key-string" | "secret" | "password" | "authentication-key" | "md5")
+        {
             device_key = 1;
         }
         // `ConvertTo-SecureString "…" -AsPlainText` (or `-String "…"`).
@@ -3266,7 +3294,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if mnemonic > 0 && mnemonic_skip > 0 {
             mnemonic_skip -= 1;
         } else if mnemonic > 0 && post.is_empty() && seed_word(core) {
-            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+            // At most 24 words are read, so the line is looked at no further than they can
+            // reach (a long line of candidates is not scanned to its end for each).
+            let reach = rest.len().min(24 * 16);
+            let reach = (0..=reach).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
+            let line = &rest[..rest[..reach].find('\n').unwrap_or(reach)];
             let (mut n, mut end, mut at) = (1usize, 0usize, 0usize);
             while n <= 24 {
                 let t = &line[at..];
@@ -3536,7 +3568,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         prev_flag = secret_flag(core).is_some();
         // DB2's and Informix's `CONNECT TO db USER name USING password`.
-        if core.eq_ignore_ascii_case("using") && before2.eq_ignore_ascii_case("user") {
+        // Only in a `CONNECT` statement (`user alice using Firefox115` is prose).
+        if core.eq_ignore_ascii_case("using")
+            && before2.eq_ignore_ascii_case("user")
+            && line_so_far_has(&out, "connect")
+        {
             pending = Some(("secret", false));
             out.push_str(raw);
             continue;
@@ -4496,6 +4532,37 @@ mod tests {
             .unwrap()
             .join()
             .expect("the redactor returns on a 2 MiB stack")
+    }
+
+    #[test]
+    fn a_seed_phrase_masked_once_closes_its_window_on_a_second_pass() {
+        let t = "seed phrase: abandon ability able about above absent absorb abstract absurd abuse access accident\n\
+                 moved funds onto fresh cold wallets using signed offline keys over many days";
+        let once = redact_secrets(t);
+        assert!(
+            once.ends_with("\nmoved funds onto fresh cold wallets using signed offline keys over many days"),
+            "{once}"
+        );
+        assert_eq!(redact_secrets(&once), once);
+    }
+
+    #[test]
+    fn a_device_key_is_the_word_after_its_number_and_hash_on_its_own_line() {
+        masks_each(&[("ntp authentication-key 1 md5 Chrony2023 7", "Chrony2023")]);
+        assert!(redact_secrets("ntp authentication-key 1 md5 Chrony2023 7").contains(" md5 "));
+        // A key's number ends with its line: the next line's first word is not its value.
+        let out = redact_secrets("key chain OSPF\n key 1\n  key-string 7 094F471A1A0A");
+        assert!(out.contains("key-string 7"), "{out}");
+    }
+
+    #[test]
+    fn using_is_a_password_only_in_a_connect_statement() {
+        masks_each(&[("db2 connect to SAMPLE user db2inst1 using dz9b52Pwjp1EHAqz", "dz9b52Pwjp1E")]);
+        leaves_each(&[
+            "Ticket: user alice using Firefox115 could not log in",
+            "affected user alice using VPN-Client2 on Windows11",
+            "PASSWORD_HINT=Favourite2024",
+        ]);
     }
 
     #[test]
