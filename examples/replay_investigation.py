@@ -297,6 +297,10 @@ def person(macp: str, data_dir: str | None, *args: str) -> str:
 async def coordinate(url: str, room: str, tokens: dict, macp: str, data_dir: str | None) -> dict:
     out: dict = {}
     person(macp, data_dir, "steer", room, "--marker", PHASE)
+    # A person's command changes the room under the running server, which holds a room it has
+    # read for at most a second before reading it again (macp-local's room cache): the agents
+    # below see the marker once that second is over. Reading sooner was a flake in CI.
+    await asyncio.sleep(1.2)
     async with contextlib.AsyncExitStack() as stack:
         c = {}
         for a in AGENTS:
