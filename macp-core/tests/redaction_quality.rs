@@ -28,13 +28,21 @@ struct Row {
 }
 
 /// Whether any 12-character piece of `secret` (or all of it, when shorter) survives in `out`.
-fn survives(secret: &str, out: &str) -> bool {
+/// A piece that `text` also carries outside the secret is not counted: a token that starts with
+/// its own parameter name (`access_token$production$…` passed as `access_token=`), or a private
+/// key whose base64 opens like the certificate beside it (`LS0tLS1CRUdJTi`, "-----BEGIN"), would
+/// otherwise count as missed however well it was masked.
+fn survives(secret: &str, text: &str, out: &str) -> bool {
     let chars: Vec<char> = secret.chars().filter(|c| *c != '\n').collect();
     if chars.len() <= 12 {
         return out.contains(secret);
     }
     let flat: String = out.chars().filter(|c| *c != '\n').collect();
-    chars.windows(12).any(|w| flat.contains(&w.iter().collect::<String>()))
+    let rest: String = text.replace(secret, "\u{0}").chars().filter(|c| *c != '\n').collect();
+    chars.windows(12).any(|w| {
+        let piece: String = w.iter().collect();
+        flat.contains(&piece) && !rest.contains(&piece)
+    })
 }
 
 struct Score {
@@ -76,7 +84,7 @@ fn measure(name: &str, corpus: &str) -> Score {
         match &row.secret {
             Some(secret) => {
                 s.secrets += 1;
-                if survives(secret, &out) {
+                if survives(secret, &row.text, &out) {
                     println!("{name}: missed [{}] {}", row.kind, out.replace('\n', "⏎"));
                 } else {
                     s.caught += 1;
