@@ -30,6 +30,11 @@
 //! | `max_graph_entities` / `max_graph_relationships` | 200 / 500 | get_entity_graph result caps |
 //! | `max_exchanges` | 10 | findings two agents may address to each other with no person acting in between (0: off) |
 //! | `max_marker_chars` / `max_markers` | 120 / 100 | a section marker's label (after redaction); markers per room |
+//!
+//! Text limits apply after redaction, which can shrink a text (a pasted private key becomes one
+//! placeholder). So that the redactor's work stays bounded, a text longer than four times the
+//! largest text limit ([`Limits::max_unredacted_bytes`], 64 KiB by default) is refused before
+//! it is read.
 
 use serde::Serialize;
 
@@ -100,6 +105,28 @@ pub struct Limits {
     pub max_graph_entities: usize,
     /// Most relationships one get_entity_graph returns.
     pub max_graph_relationships: usize,
+}
+
+impl Limits {
+    /// The longest text a write may carry before redaction: four times the largest text limit
+    /// (content, objective, properties, descriptions, evidence refs, identifier values, reasons).
+    /// A longer text could never be stored, however much redaction took from it in practice,
+    /// and is refused before the redactor reads it.
+    pub fn max_unredacted_bytes(&self) -> usize {
+        [
+            self.max_content_bytes,
+            self.max_objective_bytes,
+            self.max_properties_bytes,
+            self.max_description_bytes,
+            self.max_evidence_ref_bytes,
+            self.max_identifier_value_bytes,
+            self.max_reason_bytes,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+        .saturating_mul(4)
+    }
 }
 
 impl Default for Limits {

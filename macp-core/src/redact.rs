@@ -102,6 +102,8 @@ struct Pattern {
 pub struct Redactor {
     off: BTreeSet<String>,
     extra: Vec<Pattern>,
+    /// Longest text read at all (see [`Redactor::max_input`]); `None`: any length.
+    max_input: Option<usize>,
 }
 
 impl Redactor {
@@ -147,9 +149,30 @@ impl Redactor {
         Ok(self)
     }
 
+    /// Refuses, unread, any text longer than `bytes` (the service sets it from its
+    /// [`Limits`](crate::Limits::max_unredacted_bytes)). Without it the redactor reads any
+    /// length, as an export's scrub must, in time linear in it.
+    pub fn max_input(mut self, bytes: usize) -> Self {
+        self.max_input = Some(bytes);
+        self
+    }
+
     /// `text` as stored: private spans removed, secrets replaced, counted into `found`.
-    /// `field` names the text in an error (an unclosed `<private>`).
+    /// `field` names the text in an error (an unclosed `<private>`, a text over
+    /// [`Self::max_input`]).
     pub fn text(&self, text: &str, field: &str, found: &mut Redactions) -> Result<String> {
+        if let Some(max) = self.max_input.filter(|max| text.len() > *max) {
+            return Err(Error::InvalidInput {
+                message: format!(
+                    "{field} is {} bytes; a text over {max} bytes is refused before it is read for \
+                     secrets, whatever redaction would leave of it, and the limit after redaction is \
+                     lower still. Shorten it or post it in parts (it is refused, never truncated)",
+                    text.len()
+                ),
+                field: field.to_owned(),
+                limit: Some(max as u64),
+            });
+        }
         let public = strip_private(text, field, found)?;
         Ok(self.secrets(public, found))
     }

@@ -273,6 +273,7 @@ macro_rules! conformance_tests {
             a_digest_since_a_marker_is_bounded_with_exact_totals,
             secrets_are_redacted_before_anything_is_stored,
             redaction_comes_before_the_length_limit,
+            a_text_far_over_every_limit_is_refused_unread,
             an_erased_finding_leaves_only_a_notice,
             an_expired_room_is_purged_everywhere,
             a_room_is_kept_while_open_reopened_or_held,

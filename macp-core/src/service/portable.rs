@@ -169,7 +169,10 @@ impl Macp {
             };
             if scrub {
                 let mut found = Redactions::default();
-                bundle.redact(&self.inner.redactor, &mut found)?;
+                // Not the writes' bound: a text artifact may be far longer than any text a
+                // write carries, and the scrub must read all of it.
+                let scrubber = self.inner.redactor.clone().max_input(usize::MAX);
+                bundle.redact(&scrubber, &mut found)?;
                 bundle.scrubbed = Some(found);
             }
             return Ok(bundle);

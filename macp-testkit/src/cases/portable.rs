@@ -329,9 +329,16 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
         m.claim_work(&who, macp_core::service::ClaimWork::new(room, a.clone(), subject)).await.unwrap();
     }
     let mut text_key = None;
+    // Longer than any text a write may carry: the scrub reads it all the same.
+    let filler = "a line of the dump, nothing secret in it\n".repeat(2000);
+    assert!(filler.len() > macp_core::Limits::default().max_unredacted_bytes());
     if let Some((_, t)) = &backend.blobs {
         for (name, content_type, bytes) in [
-            ("notes.txt", "text/plain", b"the dump names INC-4711 twice: INC-4711".to_vec()),
+            (
+                "notes.txt",
+                "text/plain",
+                format!("the dump names INC-4711 twice: {filler}INC-4711").into_bytes(),
+            ),
             ("graph.png", "image/png", vec![0x89, b'P', b'N', b'G', 0, 1, 2, 3]),
         ] {
             let ticket = m
@@ -414,7 +421,10 @@ pub async fn an_export_scrubs_with_the_redactor(backend: Backend) {
     if let Some(key) = &text_key {
         let a = scrubbed.record.artifacts.iter().find(|a| &a.key == key).unwrap();
         assert!(bytes_of(&scrubbed).contains("the dump names [redacted:ticket] twice"));
-        assert_eq!(a.size as usize, "the dump names [redacted:ticket] twice: [redacted:ticket]".len());
+        assert_eq!(
+            a.size as usize,
+            format!("the dump names [redacted:ticket] twice: {filler}[redacted:ticket]").len()
+        );
         assert_eq!(scrubbed.unscrubbed.len(), 1, "the image travels as it is, and is listed");
         assert!(scrubbed.unscrubbed[0].ends_with("graph.png"));
     }

@@ -214,3 +214,37 @@ pub async fn redaction_comes_before_the_length_limit(backend: Backend) {
     );
     assert!(e.to_string().contains("content"), "{e}");
 }
+
+/// A text far over every limit is refused before the redactor reads it: four times the largest
+/// text limit, named in the error with the field, and nothing is written. Just under it, the
+/// text is read, and refused (or kept) by what redaction leaves of it.
+pub async fn a_text_far_over_every_limit_is_refused_unread(backend: Backend) {
+    let f = Fixture::new(&backend).await;
+    let before = f.all_findings(&f.bob).await.len();
+    let max = macp_core::Limits::default().max_unredacted_bytes();
+    assert_eq!(max, 64 * 1024);
+    let e = expect_code(
+        f.macp.post_finding(&f.alice, PostFinding::new(f.room, f.a.clone(), "x".repeat(max + 1))).await,
+        "invalid_input",
+    );
+    let text = e.to_string();
+    assert!(text.contains("content") && text.contains(&max.to_string()) && text.contains("before"), "{e}");
+    assert_eq!(e.limit(), Some(max as u64), "{e}");
+    // Every text of a write, not only the content: an evidence ref.
+    let mut post = PostFinding::new(f.room, f.a.clone(), "short");
+    post.evidence.push(Evidence {
+        kind: EvidenceKind::Log,
+        reference: "y".repeat(max + 1),
+        description: None,
+        captured_at: None,
+    });
+    let e = expect_code(f.macp.post_finding(&f.alice, post).await, "invalid_input");
+    assert!(e.to_string().contains("evidence.reference"), "{e}");
+    assert_eq!(f.all_findings(&f.bob).await.len(), before, "nothing is written");
+    // At the bound the text is read: this one is over the content limit once redacted.
+    let e = expect_code(
+        f.macp.post_finding(&f.alice, PostFinding::new(f.room, f.a.clone(), "x".repeat(max))).await,
+        "invalid_input",
+    );
+    assert_eq!(e.limit(), Some(macp_core::Limits::default().max_content_bytes as u64), "{e}");
+}
