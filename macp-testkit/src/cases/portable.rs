@@ -7,8 +7,8 @@ use macp_core::FindingId;
 use macp_core::model::{Channel, EntityType, Identifier};
 use macp_core::redact::Redactor;
 use macp_core::service::{
-    AddEntity, AnswerDecision, AskDecision, CloseRoom, EXPORT_PAGE, Erase, MergeEntities, PostFinding,
-    RoomBundle, SearchFindings, SteerRoom,
+    AddEntity, AddRelationship, AnswerDecision, AskDecision, CloseRoom, EXPORT_PAGE, Erase, MergeEntities,
+    PostFinding, RoomBundle, SearchFindings, SteerRoom,
 };
 
 use super::retention::{fill, service};
@@ -237,8 +237,8 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
     expect_code(m.import_room(foreign, None).await, "invalid_input");
 }
 
-/// A room with more findings, entities, identifiers and events than an export reads at once
-/// ([`EXPORT_PAGE`]) is exported whole, in order, and imported back the same, byte for byte:
+/// A room with more findings, entities, identifiers, relationships, artifacts (where the backend
+/// stores them) and events than an export reads at once ([`EXPORT_PAGE`]) is exported whole, in order, and imported back the same, byte for byte:
 /// an incident room passes a page of anything within hours.
 pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
     let m = service(&backend, Arc::new(ManualClock::new()), 0);
@@ -246,26 +246,68 @@ pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
     let room = m.create_room(&who, CreateRoom::new("a long incident")).await.unwrap().room_id;
     let a = m.join_room(&who, JoinRoom::new(room).agent(agent("big-agent"))).await.unwrap().agent_id;
     let n = EXPORT_PAGE + 1;
-    for i in 0..n {
-        m.post_finding(&who, PostFinding::new(room, a.clone(), format!("pod web-{i} restarted")))
-            .await
-            .unwrap();
-        m.add_entity(
-            &who,
-            AddEntity::new(room, a.clone(), format!("web-{i}"), EntityType::Resource)
-                .identifier("hostname", format!("web-{i}.internal")),
-        )
+    let entities = in_lanes(n, |i| {
+        let (m, who, a) = (m.clone(), who.clone(), a.clone());
+        async move {
+            m.post_finding(&who, PostFinding::new(room, a.clone(), format!("pod web-{i} restarted")))
+                .await
+                .unwrap();
+            let add = AddEntity::new(room, a, format!("web-{i}"), EntityType::Resource)
+                .identifier("hostname", format!("web-{i}.internal"));
+            m.add_entity(&who, add).await.unwrap().entity.entity_id
+        }
+    })
+    .await;
+    // A ring: as many relationships as entities.
+    in_lanes(n, |i| {
+        let (m, who, a) = (m.clone(), who.clone(), a.clone());
+        let (from, to) = (entities[i], entities[(i + 1) % n]);
+        async move {
+            m.add_relationship(&who, AddRelationship::new(room, a, from, "calls", to)).await.unwrap();
+        }
+    })
+    .await;
+    let artifacts = match &backend.blobs {
+        Some((_, t)) => in_lanes(n, |i| {
+            let (m, who, a, t) = (m.clone(), who.clone(), a.clone(), t.clone());
+            async move {
+                let body = format!("heap dump {i}").into_bytes();
+                let upload = macp_core::service::RequestUpload {
+                    room_id: room,
+                    agent_id: Some(a.clone()),
+                    filename: format!("dump-{i}.txt"),
+                    content_type: "text/plain".into(),
+                    size: body.len() as u64,
+                };
+                let ticket = m.request_artifact_upload(&who, upload).await.unwrap();
+                assert_eq!(t.put(&presigned(&ticket), "text/plain", body).await, 200);
+                let register = macp_core::service::RegisterArtifact {
+                    room_id: room,
+                    agent_id: Some(a),
+                    key: ticket.key,
+                    description: None,
+                    linked_finding_ids: vec![],
+                    linked_entity_ids: vec![],
+                    idempotency_key: None,
+                };
+                m.register_artifact(&who, register).await.unwrap();
+            }
+        })
         .await
-        .unwrap();
-    }
+        .len(),
+        None => 0,
+    };
     let before = m.export_room(room, false).await.expect("export");
     let r = &before.record;
     assert_eq!(r.findings.len(), n, "every finding, past the first page");
     assert!(r.findings.iter().enumerate().all(|(i, f)| f.seq == i as u64 + 1), "in order, once each");
     assert_eq!(r.entities.len(), n, "every entity, past the first page");
     assert_eq!(r.identifiers.len(), n, "every identifier");
+    assert_eq!(r.relationships.len(), n, "every relationship, past the first page");
+    assert_eq!(r.artifacts.len(), artifacts, "every artifact, past the first page");
+    assert_eq!(before.objects.len(), artifacts, "every artifact's bytes");
     let head = backend.store.last_event_seq(room).await.unwrap();
-    assert!(head > 2 * EXPORT_PAGE as u64, "the feed spans three pages ({head} events)");
+    assert!(head > 3 * EXPORT_PAGE as u64, "the feed spans four pages ({head} events)");
     assert_eq!(r.events.len() as u64, head, "every event");
     assert!(r.events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1), "in order, once each");
 
@@ -274,10 +316,39 @@ pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
         let ids: Vec<_> = r.findings.iter().map(|f| f.finding_id).collect();
         index.delete(room, &ids).await.unwrap();
     }
+    if let Some((blobs, _)) = &backend.blobs {
+        blobs.delete_prefix(&format!("rooms/{room}/")).await.unwrap();
+    }
     let report = m.import_room(before.clone(), None).await.expect("import");
     assert_eq!((report.findings, report.entities, report.events), (n as u64, n as u64, head));
     let after = m.export_room(room, false).await.expect("export after import");
     assert_eq!(body(&after), body(&before), "the room came back different");
+}
+
+/// `job(i)` for every `i` below `n`, eight at a time, the results in `i`'s order: the big room's
+/// setup, whose every write is a round trip to the AWS backend.
+async fn in_lanes<F, Fut, T>(n: usize, job: F) -> Vec<T>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    const LANES: usize = 8;
+    let mut done: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    let mut running = tokio::task::JoinSet::new();
+    let mut next = 0;
+    while next < n || !running.is_empty() {
+        while next < n && running.len() < LANES {
+            let (i, work) = (next, job(next));
+            running.spawn(async move { (i, work.await) });
+            next += 1;
+        }
+        if let Some(joined) = running.join_next().await {
+            let (i, value) = joined.expect("a setup task panicked");
+            done[i] = Some(value);
+        }
+    }
+    done.into_iter().map(|v| v.expect("every task ran")).collect()
 }
 
 /// An artifact whose bytes are gone from storage (deleted from the bucket by hand, say) is not
