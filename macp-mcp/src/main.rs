@@ -792,17 +792,20 @@ async fn run(cli: Cli) -> Result<(), String> {
             let cfg = Resolved::new(&cli.common, &ServeArgs::default())?;
             // It indexes the findings, as a server would: one process per local data directory.
             let _lock = lock_data(&cfg)?;
-            // A file is read as it is parsed, rather than held whole beside the bundle; standard
-            // input, which cannot be read twice, is held until it is parsed.
+            // Read as it is parsed, rather than held whole beside the bundle.
             let parsed = if bundle.as_os_str() == "-" {
-                use std::io::Read as _;
-                let mut buf = Vec::new();
-                std::io::stdin().read_to_end(&mut buf).map_err(|e| e.to_string())?;
-                parse_bundle(|| Ok(buf.as_slice()), "standard input")?
+                parse_bundle(
+                    std::io::stdin().lock(),
+                    None::<fn() -> std::io::Result<std::io::Empty>>,
+                    "standard input",
+                )?
             } else {
-                let open =
-                    || std::fs::File::open(&bundle).map(|f| std::io::BufReader::with_capacity(1 << 16, f));
-                parse_bundle(open, &bundle.display().to_string())?
+                let open = || std::fs::File::open(&bundle);
+                parse_bundle(
+                    open().map_err(|e| format!("cannot read {}: {e}", bundle.display()))?,
+                    Some(open),
+                    &bundle.display().to_string(),
+                )?
             };
             let macp = open(&cfg, Use::Records { index: true }).await?.macp;
             let r = macp.import_room(parsed, retention_days).await.map_err(|e| e.to_string())?;
@@ -838,62 +841,92 @@ async fn run(cli: Cli) -> Result<(), String> {
 }
 
 /// A bundle read from `name` as it is parsed. The format and version are the core's to check
-/// (`import_room`); when the file does not parse as a bundle, its head alone is read again, so
-/// that a bundle of a newer version says so rather than fail on a field this build does not know.
-fn parse_bundle<R: std::io::Read>(
-    open: impl Fn() -> std::io::Result<R>,
+/// (`import_room`); when the input does not parse as a bundle, its head is read again for them,
+/// so that a bundle of a newer version says so rather than fail on a field this build does not
+/// know: the whole file from `reopen`, or, from an input that cannot be read twice (standard
+/// input), the first [`HEAD_BYTES`] kept as they were read.
+fn parse_bundle<R: std::io::Read, S: std::io::Read>(
+    input: R,
+    reopen: Option<impl FnOnce() -> std::io::Result<S>>,
     name: &str,
 ) -> Result<macp_core::service::RoomBundle, String> {
-    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
+    let unread = |e: &dyn std::fmt::Display| format!("cannot read {name}: {e}");
+    let mut input = KeepHead { inner: std::io::BufReader::with_capacity(1 << 16, input), head: Vec::new() };
+    let first = match serde_json::from_reader(&mut input) {
+        Ok(bundle) => return Ok(bundle),
+        Err(e) if e.classify() == serde_json::error::Category::Io => return Err(unread(&e)),
+        Err(e) => e,
+    };
+    let (format, version) = match reopen {
+        Some(open) => {
+            bundle_head(std::io::BufReader::with_capacity(1 << 16, open().map_err(|e| unread(&e))?))
+        }
+        None => bundle_head(input.head.as_slice()),
+    };
+    if format.is_some_and(|f| f == macp_core::service::BUNDLE_FORMAT) {
+        let version = version.and_then(|v| v.as_u64()).unwrap_or(0);
+        if version > u64::from(macp_core::service::BUNDLE_VERSION) {
+            return Err(format!(
+                "{name} is a version {version} bundle; this macp reads versions up to {}: import it with a newer macp",
+                macp_core::service::BUNDLE_VERSION
+            ));
+        }
+        return Err(not(&first));
+    }
+    Err(not(&format!("no `format: {}` ({first})", macp_core::service::BUNDLE_FORMAT)))
+}
 
-    /// The `format` and `version` of a JSON object, everything else skipped unread.
-    struct Head(serde_json::Value, serde_json::Value);
-    impl<'de> Visitor<'de> for Head {
-        type Value = Head;
+/// How much of an input that cannot be read twice is kept for [`bundle_head`]: `macp export`
+/// writes the format and version first.
+const HEAD_BYTES: usize = 64 * 1024;
+
+/// A reader that keeps the first [`HEAD_BYTES`] it gives.
+struct KeepHead<R> {
+    inner: R,
+    head: Vec<u8>,
+}
+
+impl<R: std::io::Read> std::io::Read for KeepHead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let room = HEAD_BYTES.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&buf[..n.min(room)]);
+        Ok(n)
+    }
+}
+
+/// The `format` and `version` of a JSON object, read until both are found (everything else
+/// skipped unread), or as far as the input goes: `None` for either not found.
+fn bundle_head(input: impl std::io::Read) -> (Option<serde_json::Value>, Option<serde_json::Value>) {
+    use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, Visitor};
+
+    struct Head<'a>(&'a mut (Option<serde_json::Value>, Option<serde_json::Value>));
+    impl<'de> Visitor<'de> for Head<'_> {
+        type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Head, A::Error> {
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
             while let Some(key) = map.next_key::<String>()? {
                 match key.as_str() {
-                    "format" => self.0 = map.next_value()?,
-                    "version" => self.1 = map.next_value()?,
+                    "format" => self.0.0 = Some(map.next_value()?),
+                    "version" => self.0.1 = Some(map.next_value()?),
                     _ => {
                         map.next_value::<IgnoredAny>()?;
                     }
                 }
+                if self.0.0.is_some() && self.0.1.is_some() {
+                    // Both found: the rest is not read (an error stops the deserializer).
+                    return Err(A::Error::custom("head read"));
+                }
             }
-            Ok(self)
+            Ok(())
         }
     }
-
-    let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
-    let unread = |e: &dyn std::fmt::Display| format!("cannot read {name}: {e}");
-    let failed = |e: serde_json::Error| match e.classify() {
-        serde_json::error::Category::Io => unread(&e),
-        _ => not(&e),
-    };
-    let first = match serde_json::from_reader(open().map_err(|e| unread(&e))?) {
-        Ok(bundle) => return Ok(bundle),
-        Err(e) => e,
-    };
-    if first.classify() == serde_json::error::Category::Io {
-        return Err(unread(&first));
-    }
-    let mut de = serde_json::Deserializer::from_reader(open().map_err(|e| unread(&e))?);
-    let Head(format, version) =
-        de.deserialize_map(Head(serde_json::Value::Null, serde_json::Value::Null)).map_err(failed)?;
-    if format != macp_core::service::BUNDLE_FORMAT {
-        return Err(not(&"no `format: macp-room-bundle`"));
-    }
-    let version = version.as_u64().unwrap_or(0);
-    if version > u64::from(macp_core::service::BUNDLE_VERSION) {
-        return Err(format!(
-            "{name} is a version {version} bundle; this macp reads versions up to {}: import it with a newer macp",
-            macp_core::service::BUNDLE_VERSION
-        ));
-    }
-    Err(not(&first))
+    let mut found = (None, None);
+    let _ = serde_json::Deserializer::from_reader(input).deserialize_map(Head(&mut found));
+    found
 }
 
 /// Writes what `write` writes to a new file only its owner can read (a bundle holds the whole room), whole

@@ -59,8 +59,8 @@ fn room_with_artifacts(dir: &std::path::Path, objects: usize) -> String {
 /// peak memory, the least of [`RUNS`] runs. A copy too many shows in every run; what varies
 /// between runs (the allocator, while import writes) only ever adds, so the least is the
 /// command's own.
-fn move_room(dir: &std::path::Path, room: &str, file: &std::path::Path) -> (u64, u64) {
-    let (mut exported, mut imported) = (u64::MAX, u64::MAX);
+fn move_room(dir: &std::path::Path, room: &str, file: &std::path::Path) -> (u64, u64, u64) {
+    let (mut exported, mut imported, mut piped) = (u64::MAX, u64::MAX, u64::MAX);
     for _ in 0..RUNS {
         let mut export = Command::new(env!("CARGO_BIN_EXE_macp"));
         export.args(["export", room, "--out"]).arg(file).arg("--data-dir").arg(dir);
@@ -73,8 +73,15 @@ fn move_room(dir: &std::path::Path, room: &str, file: &std::path::Path) -> (u64,
         let (ok, peak) = peak_memory(import);
         assert!(ok, "import failed");
         imported = imported.min(peak);
+        // From standard input, which it cannot read twice.
+        let to = tempfile::tempdir().unwrap();
+        let mut import = Command::new(env!("CARGO_BIN_EXE_macp"));
+        import.args(["import", "-", "--data-dir"]).arg(to.path()).stdin(std::fs::File::open(file).unwrap());
+        let (ok, peak) = peak_memory(import);
+        assert!(ok, "import from standard input failed");
+        piped = piped.min(peak);
     }
-    (exported, imported)
+    (exported, imported, piped)
 }
 
 #[test]
@@ -82,20 +89,23 @@ fn export_and_import_hold_one_copy_of_the_artifacts_not_several() {
     let (small, big, files) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let room = room_with_artifacts(small.path(), 0);
-    let (export_base, import_base) = move_room(small.path(), &room, &files.path().join("small.json"));
+    let (export_base, import_base, piped_base) =
+        move_room(small.path(), &room, &files.path().join("small.json"));
     let room = room_with_artifacts(big.path(), OBJECTS);
-    let (export_peak, import_peak) = move_room(big.path(), &room, &files.path().join("big.json"));
+    let (export_peak, import_peak, piped_peak) = move_room(big.path(), &room, &files.path().join("big.json"));
     let artifacts = (OBJECTS * OBJECT_BYTES) as f64;
-    let (export_x, import_x) = (
+    let (export_x, import_x, piped_x) = (
         export_peak.saturating_sub(export_base) as f64 / artifacts,
         import_peak.saturating_sub(import_base) as f64 / artifacts,
+        piped_peak.saturating_sub(piped_base) as f64 / artifacts,
     );
     println!(
         "artifacts {} MiB: export peak {} MiB ({export_x:.2}x over a room without), import peak {} MiB \
-         ({import_x:.2}x)",
+         ({import_x:.2}x), from standard input {} MiB ({piped_x:.2}x)",
         (OBJECTS * OBJECT_BYTES) >> 20,
         export_peak >> 20,
-        import_peak >> 20
+        import_peak >> 20,
+        piped_peak >> 20
     );
     // One copy as base64 is 1.33x. Beside it: one object read or decoded, and on import the
     // parser's buffer for one string (see BENCHMARKS.md for the figures). The bound fails on a
@@ -103,4 +113,5 @@ fn export_and_import_hold_one_copy_of_the_artifacts_not_several() {
     // as it read, dropping each object's base64 once decoded, these were 3.4x and 3.8x.
     assert!(export_x < 2.5, "export holds {export_x:.2}x the artifacts' size");
     assert!(import_x < 2.5, "import holds {import_x:.2}x the artifacts' size");
+    assert!(piped_x < 2.5, "import from standard input holds {piped_x:.2}x the artifacts' size");
 }
