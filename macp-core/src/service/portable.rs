@@ -156,7 +156,20 @@ impl Macp {
                 );
                 continue;
             }
-            check_record(&record)?;
+            // What the store gave is not the caller's input: a record that does not hold
+            // together is the backend's fault, said as such.
+            check_record(&record).map_err(|e| {
+                Error::backend(
+                    store.name(),
+                    false,
+                    format!(
+                        "the room as this backend gave it does not hold together, so it was not \
+                         exported: {}. Report it with the room id",
+                        e
+                    ),
+                    None,
+                )
+            })?;
             let mut bundle = RoomBundle {
                 format: BUNDLE_FORMAT.into(),
                 version: BUNDLE_VERSION,
@@ -174,6 +187,18 @@ impl Macp {
                 let scrubber = self.inner.redactor.clone().max_input(usize::MAX);
                 bundle.redact(&scrubber, &mut found)?;
                 bundle.scrubbed = Some(found);
+                // What the scrub wrote must be what an import takes (two identifiers made one
+                // would be refused there, an archive that cannot be restored).
+                check_bundle(&bundle).map_err(|e| {
+                    Error::invalid(
+                        "scrub",
+                        format!(
+                            "the scrubbed bundle would not import ({}); export without --scrub, and \
+                             report it",
+                            e
+                        ),
+                    )
+                })?;
             }
             return Ok(bundle);
         }
