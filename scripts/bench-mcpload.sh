@@ -8,6 +8,7 @@
 #   bash scripts/bench-mcpload.sh --soak-aws # only the 5-minute soak on the AWS backend (moto), 8 agents
 #   bash scripts/bench-mcpload.sh --feed     # only the room feed's wake-up figures (examples/feed_bench.rs)
 #   bash scripts/bench-mcpload.sh --feed-aws # the same across two servers on one moto
+#   bash scripts/bench-mcpload.sh --redaction # post_finding with the redactor on and with every kind off
 #
 # The load generator is built outside the tree (MCPLOAD_DIR, default ../shared/bench/mcpload;
 # its build goes to MCPLOAD_TARGET, default ~/.cache/macp/mcpload-target). Every run gets a fresh
@@ -60,6 +61,8 @@ if [ "${1:-}" = "--soak-aws" ]; then
   exit 0
 fi
 mcpload_dir="${MCPLOAD_DIR:-../shared/bench/mcpload}"
+redaction=false
+[ "${1:-}" = "--redaction" ] && redaction=true
 if [ ! -f "$mcpload_dir/Cargo.toml" ]; then
   echo "no load generator at $mcpload_dir (set MCPLOAD_DIR)"; exit 1
 fi
@@ -123,6 +126,28 @@ per_call() { echo $(( ($(cpu_us "$2") - $1) / $3 )); }
 
 rss_mb() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
 
+
+if $redaction; then
+  # What the redactor costs a post through the binary: two servers, one with every built-in kind
+  # on (the default) and one with every kind off (it then reads nothing), loaded in turn, five
+  # rounds of 3,000 posts from one client each.
+  off=$(python3 -c 'import re,sys; s=open("macp-core/src/redact.rs").read(); b=s[s.index("pub const KINDS"):]; b=b[:b.index("];")]; print(",".join(re.findall(r"\"([a-z0-9-]+)\"", b)))')
+  start on; on_pid=$pid; on_url=$url
+  start off --redact-off "$off"; off_pid=$pid; off_url=$url
+  echo "## post_finding through the release binary: redactor on, and every kind off ($(date -u +%Y-%m-%d), $(nproc) cores, 1 client)"
+  echo
+  echo "| round | server | calls/s | median ms | p99 ms | errors / lost | server CPU µs/call |"
+  echo "|---|---|---|---|---|---|---|"
+  for r in 1 2 3 4 5; do
+    for side in on off; do
+      if [ "$side" = on ]; then pid=$on_pid url=$on_url; else pid=$off_pid url=$off_url; fi
+      c0=$(cpu_us "$pid")
+      read -r cps p50 p99 err lost calls ccpu < <(load "$W/macp-post-finding.json" 1 3000)
+      printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$r" "$side" "$cps" "$p50" "$p99" "$err / $lost" "$(per_call "$c0" "$pid" "$calls")"
+    done
+  done
+  exit 0
+fi
 
 echo "## mcpload against the release binary, $(date -u +%Y-%m-%d), $(nproc) cores"
 echo
