@@ -165,8 +165,8 @@ impl Redactor {
             return Err(Error::InvalidInput {
                 message: format!(
                     "{field} is {} bytes; a text over {max} bytes is refused before it is read for \
-                     secrets, whatever redaction would leave of it, and the limit after redaction is \
-                     lower still. Shorten it or post it in parts (it is refused, never truncated)",
+                     secrets, whatever redaction would leave of it (its limit after redaction is \
+                     lower still). Shorten it (it is refused, never truncated)",
                     text.len()
                 ),
                 field: field.to_owned(),
@@ -450,6 +450,13 @@ impl<'a> Ctx<'a> {
         }
         self.found.add(kind);
         format!("[redacted:{kind}]")
+    }
+
+    /// [`Self::mask`], or `None` when the kind is off: for a caller whose answer replaces more
+    /// than `original` (the quotes around a value), which must then read the text as if no rule
+    /// had claimed it, rather than put back `original` alone or skip what it holds.
+    fn mask_on(&mut self, kind: &str, original: &str) -> Option<String> {
+        (!self.off.contains(kind)).then(|| self.mask(kind, original))
     }
 }
 
@@ -1752,12 +1759,12 @@ fn aws_secret(word: &str) -> Option<&'static str> {
 fn value_of_key(value: &str, weak: bool, ctx: &mut Ctx<'_>) -> Option<String> {
     let bare = value.trim_matches(|c| c == '"' || c == '\'' || c == '\\');
     if let Some(k) = secret_kind(bare) {
-        return Some(ctx.mask(k, bare));
+        return ctx.mask_on(k, bare);
     }
     if !secret_value(bare, weak) {
         return None;
     }
-    Some(ctx.mask("secret", bare))
+    ctx.mask_on("secret", bare)
 }
 
 /// Whether the value of a secret-named key is a secret: never a placeholder; after a password's
@@ -2143,7 +2150,7 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
             value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
         } else if key_material_name(key) && key_material(bare) {
-            Some(ctx.mask("secret", bare))
+            ctx.mask_on("secret", bare)
         } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
             // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs): both, as
             // the key id alone would be (and a second pass, reading it beside the placeholder, would).
@@ -2152,7 +2159,7 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             return out;
         } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
             // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
-            Some(format!("{}{}", ctx.mask("secret", hash), &value[hash.len()..]))
+            ctx.mask_on("secret", hash).map(|m| format!("{m}{}", &value[hash.len()..]))
         } else if let Some((pass, host)) = value.split_once('@')
             && body.as_bytes()[i] == b':'
             && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
@@ -2162,9 +2169,9 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         {
             // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
             // `name:tag@sha256:…`.
-            Some(format!("{}@{host}", ctx.mask("secret", pass)))
+            ctx.mask_on("secret", pass).map(|m| format!("{m}@{host}"))
         } else {
-            ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).map(|k| ctx.mask(k, bare))
+            ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).and_then(|k| ctx.mask_on(k, bare))
         };
         let value_at = word.len() - value.len() - after.len();
         let next = match masked {

@@ -27,8 +27,9 @@ struct Row {
     kind: String,
 }
 
-/// Whether any 12-character piece of `secret` (or all of it, when shorter) survives in `out`.
-/// A piece that `text` also carries outside the secret is not counted: a token that starts with
+/// Whether any 12-character piece of `secret` (or all of it, when shorter) survives in `out`:
+/// found there more often than `text` carries it outside the secret. A piece the text also
+/// carries elsewhere is not counted as the secret's: a token that starts with
 /// its own parameter name (`access_token$production$…` passed as `access_token=`), or a private
 /// key whose base64 opens like the certificate beside it (`LS0tLS1CRUdJTi`, "-----BEGIN"), would
 /// otherwise count as missed however well it was masked.
@@ -41,7 +42,7 @@ fn survives(secret: &str, text: &str, out: &str) -> bool {
     let rest: String = text.replace(secret, "\u{0}").chars().filter(|c| *c != '\n').collect();
     chars.windows(12).any(|w| {
         let piece: String = w.iter().collect();
-        flat.contains(&piece) && !rest.contains(&piece)
+        flat.matches(&piece).count() > rest.matches(&piece).count()
     })
 }
 
@@ -116,20 +117,22 @@ fn measure(name: &str, corpus: &str) -> Score {
     s
 }
 
+/// The development sets.
+const SETS: [(&str, &str); 8] = [
+    ("corpus", include_str!("redaction-corpus.jsonl")),
+    ("holdout", include_str!("redaction-holdout.jsonl")),
+    ("blind", include_str!("redaction-blind.jsonl")),
+    ("final", include_str!("redaction-final.jsonl")),
+    ("unseen", include_str!("redaction-unseen.jsonl")),
+    ("sixth", include_str!("redaction-sixth.jsonl")),
+    ("seventh", include_str!("redaction-seventh.jsonl")),
+    ("eighth", include_str!("redaction-eighth.jsonl")),
+];
+
 #[test]
 fn the_redactor_reaches_its_goal_on_the_development_sets() {
-    let sets = [
-        ("corpus", include_str!("redaction-corpus.jsonl")),
-        ("holdout", include_str!("redaction-holdout.jsonl")),
-        ("blind", include_str!("redaction-blind.jsonl")),
-        ("final", include_str!("redaction-final.jsonl")),
-        ("unseen", include_str!("redaction-unseen.jsonl")),
-        ("sixth", include_str!("redaction-sixth.jsonl")),
-        ("seventh", include_str!("redaction-seventh.jsonl")),
-        ("eighth", include_str!("redaction-eighth.jsonl")),
-    ];
     let (mut secrets, mut caught) = (0, 0);
-    for (name, text) in sets {
+    for (name, text) in SETS {
         let s = measure(name, text);
         assert!(
             s.false_positives() <= 0.01,
@@ -184,4 +187,54 @@ fn with_every_kind_off_no_text_changes() {
     }
     let mut found = Redactions::default();
     assert_eq!(r.text("a <private>b</private>c", "content", &mut found).unwrap(), "a c");
+}
+
+/// Everything outside a placeholder is the text as written, with every kind on and with any
+/// one kind off: a rule that claims a value for a kind that is off must leave it to the others
+/// whole, not put back part of it (a quote lost) or skip what it holds (`--redact-off secret`
+/// once left an AWS key inside a credentials object in clear).
+#[test]
+fn outside_its_placeholders_a_text_is_as_written() {
+    let mut bad = Vec::new();
+    let redactors = std::iter::once(("none".to_owned(), Redactor::new()))
+        .chain(KINDS.iter().map(|k| (k.to_string(), Redactor::new().disable(k).unwrap())));
+    for (off, r) in redactors {
+        for line in SETS.iter().flat_map(|(_, s)| s.lines()) {
+            let row: Row = serde_json::from_str(line).unwrap();
+            let out = r.text(&row.text, "content", &mut Redactions::default()).unwrap();
+            if !as_written_outside_placeholders(&row.text, &out) {
+                bad.push(format!("{off} off: {} -> {}", row.text.replace('\n', "⏎"), out.replace('\n', "⏎")));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} texts changed outside a placeholder:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// Whether `out`'s pieces between placeholders are `text`'s, in order, the first at its start
+/// and the last at its end.
+fn as_written_outside_placeholders(text: &str, out: &str) -> bool {
+    let mut pieces = Vec::new();
+    let mut rest = out;
+    while let Some(i) = rest.find("[redacted:") {
+        let Some(j) = rest[i..].find(']') else { break };
+        pieces.push(&rest[..i]);
+        rest = &rest[i + j + 1..];
+    }
+    pieces.push(rest);
+    let last = pieces.len() - 1;
+    let mut at = 0;
+    for (n, piece) in pieces.iter().enumerate() {
+        let found = if n == 0 {
+            text.starts_with(piece).then_some(0)
+        } else if n == last {
+            (text.len() >= at + piece.len() && text.ends_with(piece)).then(|| text.len() - piece.len())
+        } else {
+            text[at..].find(piece).map(|i| at + i)
+        };
+        match found {
+            Some(i) if i >= at => at = i + piece.len(),
+            _ => return false,
+        }
+    }
+    true
 }
