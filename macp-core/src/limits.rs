@@ -34,7 +34,9 @@
 //! Text limits apply after redaction, which can shrink a text (a pasted private key becomes one
 //! placeholder). So that the redactor's work stays bounded, a text longer than four times the
 //! largest text limit ([`Limits::max_unredacted_bytes`], 64 KiB by default) is refused before
-//! it is read.
+//! it is read, even one that redaction would have brought within its limit (a 100 KB paste of
+//! keys): paste less at once. The bound is per text; a request's texts together are bounded by
+//! the server's request size.
 
 use serde::Serialize;
 
@@ -108,19 +110,24 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The longest text a write may carry before redaction: four times the largest text limit
-    /// (content, objective, properties, descriptions, evidence refs, identifier values, reasons).
-    /// A longer text could never be stored, however much redaction took from it in practice,
-    /// and is refused before the redactor reads it.
+    /// The longest text a write may carry before redaction: four times the largest text limit.
+    /// A longer text is refused before the redactor reads it, even when redaction would have
+    /// brought it within its limit, so that the redactor's work on one text stays bounded.
     pub fn max_unredacted_bytes(&self) -> usize {
         [
             self.max_content_bytes,
             self.max_objective_bytes,
-            self.max_properties_bytes,
-            self.max_description_bytes,
+            self.max_name_bytes,
+            self.max_tag_bytes,
             self.max_evidence_ref_bytes,
+            self.max_description_bytes,
+            self.max_identifier_type_bytes,
             self.max_identifier_value_bytes,
+            self.max_properties_bytes,
+            self.max_label_bytes,
             self.max_reason_bytes,
+            // A character is at most four bytes.
+            self.max_marker_chars.saturating_mul(4),
         ]
         .into_iter()
         .max()
