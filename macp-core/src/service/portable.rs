@@ -157,19 +157,23 @@ impl Macp {
                 continue;
             }
             // What the store gave is not the caller's input: a record that does not hold
-            // together is the backend's fault, said as such.
-            check_record(&record).map_err(|e| {
-                Error::backend(
+            // together is the backend's fault, said as such, after the reads a lagging index
+            // may need (as for counts that disagree, above).
+            if let Err(e) = check_record(&record) {
+                if attempt + 1 < EXPORT_ATTEMPTS {
+                    changed = format!("the record read does not hold together: {e}");
+                    continue;
+                }
+                return Err(Error::backend(
                     store.name(),
                     false,
                     format!(
                         "the room as this backend gave it does not hold together, so it was not \
-                         exported: {}. Report it with the room id",
-                        e
+                         exported: {e}. Report it with the room id"
                     ),
                     None,
-                )
-            })?;
+                ));
+            }
             let mut bundle = RoomBundle {
                 format: BUNDLE_FORMAT.into(),
                 version: BUNDLE_VERSION,
