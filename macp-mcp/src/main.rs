@@ -856,13 +856,26 @@ fn parse_bundle<R: std::io::Read, S: std::io::Read>(
     let first = match serde_json::from_reader(&mut input) {
         Ok(bundle) => return Ok(bundle),
         Err(e) if e.classify() == serde_json::error::Category::Io => return Err(unread(&e)),
-        Err(e) => e,
+        // serde's message quotes the value it could not take, which can be a whole object's
+        // base64: a few hundred characters say where and what.
+        Err(e) => shortened(&e.to_string(), 300),
     };
     let (format, version) = match reopen {
         Some(open) => {
             bundle_head(std::io::BufReader::with_capacity(1 << 16, open().map_err(|e| unread(&e))?))
         }
-        None => bundle_head(input.head.as_slice()),
+        None => {
+            let head = bundle_head(input.head.as_slice());
+            if head.0.is_none() && input.head.len() == HEAD_BYTES {
+                return Err(format!(
+                    "{name} did not parse as a MACP room bundle ({first}), and its first {} KiB do not \
+                     say its format and version (macp export writes them first): import it from a \
+                     file to learn whether a newer macp reads it",
+                    HEAD_BYTES >> 10
+                ));
+            }
+            head
+        }
     };
     if format.is_some_and(|f| f == macp_core::service::BUNDLE_FORMAT) {
         let version = version.and_then(|v| v.as_u64()).unwrap_or(0);
@@ -875,6 +888,14 @@ fn parse_bundle<R: std::io::Read, S: std::io::Read>(
         return Err(not(&first));
     }
     Err(not(&format!("no `format: {}` ({first})", macp_core::service::BUNDLE_FORMAT)))
+}
+
+/// `text` cut to `max` characters, saying so.
+fn shortened(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}… ({} characters)", &text[..i], text.chars().count()),
+        None => text.to_owned(),
+    }
 }
 
 /// How much of an input that cannot be read twice is kept for [`bundle_head`]: `macp export`

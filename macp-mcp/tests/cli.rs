@@ -349,7 +349,8 @@ fn export_then_import_moves_a_room_between_data_directories() {
 
     // One whose shape this build cannot parse says the same from its head: all of a file
     // (here the keys are sorted, so `version` comes after the whole record), and the first part
-    // of standard input, which cannot be read twice (`macp export` writes the version first).
+    // of standard input, which cannot be read twice (`macp export` writes the version first;
+    // when its first 64 KiB do not say, the error says to import from a file).
     newer["record"] = serde_json::json!("a shape this build does not know");
     std::fs::write(&newer_file, serde_json::to_vec(&newer).unwrap()).unwrap();
     let out = macp().arg("import").arg(&newer_file).arg("--data-dir").arg(fresh.path()).output().unwrap();
@@ -361,7 +362,7 @@ fn export_then_import_moves_a_room_between_data_directories() {
     let record = format!(r#""record":"{}""#, "x".repeat(200_000));
     for (input, says) in [
         (format!(r#"{{"format":"macp-room-bundle","version":9,{record}}}"#), "version 9 bundle"),
-        (format!(r#"{{{record},"format":"macp-room-bundle","version":9}}"#), "is not a MACP room bundle"),
+        (format!(r#"{{{record},"format":"macp-room-bundle","version":9}}"#), "import it from a file"),
         (r#"{"hello": "world"}"#.to_owned(), "is not a MACP room bundle"),
     ] {
         let mut import = macp()
@@ -378,6 +379,7 @@ fn export_then_import_moves_a_room_between_data_directories() {
         assert!(!done.status.success());
         let err = String::from_utf8_lossy(&done.stderr);
         assert!(err.contains(says) && err.contains("standard input"), "{err}");
+        assert!(err.len() < 2000, "the error quotes what it could not parse whole: {} bytes", err.len());
     }
 
     let not_bundle = files.path().join("notes.json");
