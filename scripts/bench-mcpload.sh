@@ -71,7 +71,7 @@ mcpload_target="${MCPLOAD_TARGET:-$HOME/.cache/macp/mcpload-target}"
 B="$mcpload_target/release"
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release --quiet -p macp-mcp --bin macp
-cargo build --release --quiet -p macp-examples --bin soak
+$redaction || cargo build --release --quiet -p macp-examples --bin soak
 M="$target/release/macp"
 W="$mcpload_dir/workloads"
 L=benches/mcpload
@@ -132,6 +132,8 @@ if $redaction; then
   # on (the default) and one with every kind off (it then reads nothing), loaded in turn, five
   # rounds of 3,000 posts from one client each.
   off=$(python3 -c 'import re,sys; s=open("macp-core/src/redact.rs").read(); b=s[s.index("pub const KINDS"):]; b=b[:b.index("];")]; print(",".join(re.findall(r"\"([a-z0-9-]+)\"", b)))')
+  # Both from the built-in defaults, whatever this shell's environment configures.
+  unset MACP_REDACT_OFF MACP_CONFIG
   start on; on_pid=$pid; on_url=$url
   start off --redact-off "$off"; off_pid=$pid; off_url=$url
   echo "## post_finding through the release binary: redactor on, and every kind off ($(date -u +%Y-%m-%d), $(nproc) cores, 1 client)"

@@ -238,8 +238,9 @@ pub async fn a_room_survives_export_and_import_intact(backend: Backend) {
 }
 
 /// A room with more findings, entities, identifiers, relationships, artifacts (where the backend
-/// stores them) and events than an export reads at once ([`EXPORT_PAGE`]) is exported whole, in order, and imported back the same, byte for byte:
-/// an incident room passes a page of anything within hours.
+/// stores them) and events than an export reads at once ([`EXPORT_PAGE`]) is exported whole, in
+/// order, and imported back the same, byte for byte: an incident room passes a page of anything
+/// within hours.
 pub async fn a_room_bigger_than_a_page_moves_whole(backend: Backend) {
     let m = service(&backend, Arc::new(ManualClock::new()), 0);
     let who = principal("port-big@example.com");
