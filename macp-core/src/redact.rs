@@ -522,6 +522,10 @@ fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
     const BEGIN: &str = "-----BEGIN ";
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
+    // The next `-----END ` at or after the last place it was looked for from, found once and
+    // reused until a block's header lies past it: a text of many headers and no end line (1 MiB
+    // of `-----BEGIN RSA PRIVATE KEY-----`) was a scan of the whole rest for each.
+    let mut next_end: Option<(usize, Option<usize>)> = None;
     while let Some(i) = text[at..].find(BEGIN).map(|i| at + i) {
         let head_end = text[i + BEGIN.len()..].find("-----").map(|e| i + BEGIN.len() + e + 5);
         let is_private = head_end.is_some_and(|e| secret_block(&text[i..e]));
@@ -530,9 +534,17 @@ fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
             at = i + BEGIN.len();
             continue;
         };
-        let end = match text[head_end..].find("-----END ") {
+        let end_line = match next_end {
+            Some((from, found)) if from <= head_end && found.is_none_or(|e| e >= head_end) => found,
+            _ => {
+                let found = text[head_end..].find("-----END ").map(|e| head_end + e);
+                next_end = Some((head_end, found));
+                found
+            }
+        };
+        let end = match end_line {
             Some(e) => {
-                let e = head_end + e + "-----END ".len();
+                let e = e + "-----END ".len();
                 text[e..].find("-----").map_or(text.len(), |x| e + x + 5)
             }
             None => text[head_end..]
@@ -568,38 +580,70 @@ fn secret_block(head: &str) -> bool {
 /// block shown cut short (`...` for some of its lines, or no end line at all) is one still, up
 /// to its last line of base64.
 fn public_blocks(text: &str) -> Vec<(usize, usize)> {
+    const PUBLIC: &[&str] = &[
+        "CERTIFICATE",
+        "PUBLIC KEY",
+        "RSA PUBLIC KEY",
+        "CERTIFICATE REQUEST",
+        "NEW CERTIFICATE REQUEST",
+        "X509 CRL",
+        "PGP PUBLIC KEY BLOCK",
+        "PGP SIGNATURE",
+        "SSH2 PUBLIC KEY",
+        // Encrypted to a recipient: only their key opens it.
+        "PGP MESSAGE",
+        "AGE ENCRYPTED FILE",
+    ];
+    let base64 = |b: &str| b.chars().all(|c| c.is_ascii_alphanumeric() || "+/=\r\n\\ .…".contains(c));
     let mut out = Vec::new();
     let mut at = 0;
+    // For each public label, where its end line was last looked for from and where it is (see
+    // [`private_keys`]): found once and reused while it lies ahead, so many headers with no end
+    // line are not each a scan of the whole rest.
+    let mut ends: [Option<(usize, Option<usize>)>; PUBLIC.len()] = [None; PUBLIC.len()];
     while let Some(i) = text[at..].find("-----BEGIN ").map(|i| at + i) {
         let Some(h) = text[i + 11..].find("-----").map(|h| i + 11 + h) else { break };
         let label = &text[i + 11..h];
+        let Some(n) = PUBLIC.iter().position(|p| *p == label) else {
+            at = h + 5;
+            continue;
+        };
         let end_marker = format!("-----END {label}-----");
-        const PUBLIC: &[&str] = &[
-            "CERTIFICATE",
-            "PUBLIC KEY",
-            "RSA PUBLIC KEY",
-            "CERTIFICATE REQUEST",
-            "NEW CERTIFICATE REQUEST",
-            "X509 CRL",
-            "PGP PUBLIC KEY BLOCK",
-            "PGP SIGNATURE",
-            "SSH2 PUBLIC KEY",
-            // Encrypted to a recipient: only their key opens it.
-            "PGP MESSAGE",
-            "AGE ENCRYPTED FILE",
-        ];
-        let base64 = |b: &str| b.chars().all(|c| c.is_ascii_alphanumeric() || "+/=\r\n\\ .…".contains(c));
-        match text[h..].find(&end_marker) {
-            Some(e) if PUBLIC.contains(&label) && base64(&text[h + 5..h + e]) => {
+        let end_line = match ends[n] {
+            Some((from, found)) if from <= h + 5 && found.is_none_or(|e| e >= h + 5) => found,
+            _ => {
+                // After the header's own dashes: an end line that shares them
+                // (`-----BEGIN CERTIFICATE-----END CERTIFICATE-----`) is none, and once cut the
+                // block's body backwards (a panic).
+                let found = text[h + 5..].find(&end_marker).map(|e| h + 5 + e);
+                ends[n] = Some((h + 5, found));
+                found
+            }
+        };
+        match end_line.map(|e| e - h) {
+            Some(e) if base64(&text[h + 5..h + e]) => {
                 let end = h + e + end_marker.len();
                 out.push((i, end));
                 at = end;
             }
             // No end line: the block's lines of base64 (or `...`) after its header.
-            None if PUBLIC.contains(&label) => {
+            None => {
                 let body = h + 5;
                 let mut end = body;
-                for line in text[body..].split_inclusive('\n') {
+                while end < text.len() {
+                    // The line read only as far as it can be base64: one that is not stops at
+                    // its first other character (a long line of headers was read to its end
+                    // for each).
+                    let rest = &text[end..];
+                    let stop = rest
+                        .find(|c: char| {
+                            c == '\n' || !(c.is_whitespace() || base64(c.encode_utf8(&mut [0; 4])))
+                        })
+                        .unwrap_or(rest.len());
+                    if stop < rest.len() && !rest[stop..].starts_with('\n') {
+                        break;
+                    }
+                    let line = &rest[..(stop + 1).min(rest.len())];
                     let t = line.trim();
                     if !(t.is_empty() && end == body) && (t.is_empty() || !base64(t)) {
                         break;
@@ -1810,7 +1854,12 @@ fn marker_at(w: &str) -> Option<usize> {
     if !w.contains('[') {
         return None;
     }
-    [w.find("[redacted"), w.find("[REDACTED")].into_iter().flatten().min()
+    // Each `[` once, up to the first that opens one: looking for either spelling through the
+    // whole word made a word of many placeholders quadratic (each piece asked again).
+    w.match_indices('[').map(|(i, _)| i).find(|i| {
+        let t = &w.as_bytes()[*i..];
+        t.starts_with(b"[redacted") || t.starts_with(b"[REDACTED")
+    })
 }
 
 /// `w`, a word holding a placeholder at `m`: the placeholders kept as they are, the pieces
@@ -2035,6 +2084,39 @@ fn line_ahead(rest: &str, max: usize) -> &str {
     let head = rest.len().min(max);
     let head = (0..=head).rev().find(|i| rest.is_char_boundary(*i)).unwrap_or(0);
     &rest[..rest[..head].find('\n').unwrap_or(head)]
+}
+
+/// The words of `rest` before its first line break, read lazily and each only as far as `cap`
+/// bytes: a caller that takes a few reads only as far as those go. A word longer than `cap` is
+/// the last given, cut. (`rest[..rest.find('\n')]`, or the next whitespace, was a scan of the
+/// whole rest of a long line, or of a text whose breaks are escaped, for each word that asked.)
+fn line_words(rest: &str, cap: usize) -> impl Iterator<Item = &str> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let t = &rest[at..];
+        let start = t.find(|c: char| c == '\n' || !c.is_whitespace())?;
+        if t[start..].starts_with('\n') {
+            at = rest.len();
+            return None;
+        }
+        let word = &t[start..];
+        let window =
+            &word[..(0..=word.len().min(cap)).rev().find(|i| word.is_char_boundary(*i)).unwrap_or(0)];
+        match window.find(char::is_whitespace) {
+            Some(end) => {
+                at += start + end;
+                Some(&word[..end])
+            }
+            None if window.len() == word.len() => {
+                at = rest.len();
+                Some(word)
+            }
+            None => {
+                at = rest.len();
+                Some(window)
+            }
+        }
+    })
 }
 
 /// `setPassword("…")`, `.password('…')`, `withApiKey("…")`, SQL's `PASSWORD('…')`: a literal
@@ -3174,8 +3256,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             echoed = None;
             piped = false;
         }
+        // (The file's name read within a bounded window: a text of escaped breaks has no
+        // whitespace to end it.)
         if matches!(raw, ">" | ">>")
-            && rest.split_whitespace().next().is_some_and(|f| {
+            && line_ahead(rest.trim_start(), 256).split_whitespace().next().is_some_and(|f| {
                 let f = without_placeholders(f).to_ascii_lowercase();
                 ["pass", "secret", "token", "key", "cred", "pwd"].iter().any(|t| f.contains(t))
             })
@@ -3396,8 +3480,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         seed_run = 0;
         if pw_window > 0 && base32_group(core) {
-            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
-            let groups = || line.split_whitespace().take_while(|g| base32_group(g));
+            // The groups after it on its line, sixteen at most (a seed is shorter): 1 MiB of
+            // `seed phrase ` scanned the whole rest of its line for each `seed`.
+            let groups = || line_words(rest, 16).take(16).take_while(|g| base32_group(g));
             // Words of four letters are groups too ("auth stop fall back"): a seed's have digits,
             // and one case.
             let more = groups().count();
@@ -3623,8 +3708,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             w.rsplit_once(':').is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         };
         if core == "AUTH" || (core.eq_ignore_ascii_case("auth") && prompt(before)) {
-            let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
-            match line.split_whitespace().count() {
+            match line_words(rest, 1024).take(3).count() {
                 // Weak: the server's `OK` can follow on the same line in a transcript.
                 1 => pending = Some(("secret", true)),
                 2 => positional = Some(1),
@@ -3961,8 +4045,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         let said = redact_word(core, ctx);
         // A credential-looking word left as it was: a password if "is … password" follows.
         // (The next word is looked at first: this runs for every long word.)
+        // (Within a bounded window: a line of escaped breaks, `\npassword=x…`, has no
+        // whitespace, and a scan to the next was one of the whole rest for each word.)
         let next_is = || {
-            let n = rest.trim_start_matches([' ', '\t']);
+            let n = line_ahead(rest.trim_start_matches([' ', '\t']), 256);
             copula(&n[..n.find(char::is_whitespace).unwrap_or(n.len())])
         };
         if core.len() >= 10 && said == core && next_is() && (strong_credential(core) || password_like(core)) {
@@ -4706,5 +4792,57 @@ mod tests {
         // A public key is published: its file prints no secret.
         let t = "$ cat ~/.ssh/deploy_key.pub\nrelease-2024a";
         assert_eq!(redact_secrets(t), t);
+    }
+
+    #[test]
+    fn a_public_header_sharing_its_dashes_with_an_end_line_is_read_without_a_panic() {
+        // The end line was looked for from the header's own closing dashes, and the body
+        // between them was then sliced backwards.
+        leaves_each(&[
+            "-----BEGIN CERTIFICATE-----END CERTIFICATE-----",
+            "x -----BEGIN PUBLIC KEY-----END PUBLIC KEY----- y",
+        ]);
+    }
+
+    #[test]
+    fn many_pem_headers_are_each_read_once_and_keys_after_them_still_go() {
+        // Headers with no end line, then a real block: the end line found once is reused.
+        let key = "MIIEpAIBAAKCAQEA7bq9rXb2kQ2Zy0pYc5x8w3Jd9mLk4nVt2RsUe6aHf1gBwCpD";
+        let t = format!(
+            "{}-----BEGIN RSA PRIVATE KEY-----\n{key}\n-----END RSA PRIVATE KEY-----",
+            "-----BEGIN RSA PRIVATE KEY-----\n".repeat(50)
+        );
+        let out = redact_secrets(&t);
+        assert!(!out.contains(key) && out.contains("[redacted:private-key]"), "{out}");
+        let t = format!(
+            "{}-----BEGIN CERTIFICATE-----\n{key}\n-----END CERTIFICATE-----",
+            "-----BEGIN CERTIFICATE-----".repeat(50)
+        );
+        assert_eq!(redact_secrets(&t), t);
+    }
+
+    #[test]
+    fn line_words_stop_at_the_line_break_and_cut_a_long_word() {
+        assert_eq!(line_words("  a bc\td \n e f", 16).collect::<Vec<_>>(), ["a", "bc", "d"]);
+        assert_eq!(line_words("\n a", 16).count(), 0);
+        // A word longer than the cap is the last one given, cut at a char boundary.
+        assert_eq!(line_words("ab ééééé c", 5).collect::<Vec<_>>(), ["ab", "éé"]);
+        assert_eq!(line_words("ab\\nab\\nab", 4).collect::<Vec<_>>(), ["ab\\n"]);
+    }
+
+    #[test]
+    fn a_placeholder_is_found_past_other_brackets() {
+        assert_eq!(marker_at("a[b][c][redacted:secret]"), Some(7));
+        assert_eq!(marker_at("[x][REDACTED]"), Some(3));
+        assert_eq!(marker_at("[x][Redacted]"), None);
+    }
+
+    #[test]
+    fn an_otp_seed_in_groups_is_still_read_after_a_bounded_look() {
+        assert_eq!(
+            redact_secrets("the TOTP seed is ph3m fyjz uhdy 3cc4"),
+            "the TOTP seed is [redacted:secret] [redacted:secret] [redacted:secret] [redacted:secret]"
+        );
+        assert_eq!(redact_secrets("AUTH Xy7pQ2w9Lm"), "AUTH [redacted:secret]");
     }
 }
