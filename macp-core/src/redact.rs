@@ -2643,6 +2643,36 @@ fn seed_word(w: &str) -> bool {
         )
 }
 
+/// What may follow a key on a network device's configuration line (`… key X address 10.0.0.1`,
+/// `authentication-key 1 md5 X 7`, `snmp-server … X RO`): a number, an address, or one of
+/// its keywords; a sentence's word does not ("ip key Rotation2024 was scheduled").
+fn device_word(w: &str) -> bool {
+    w.starts_with(|c: char| c.is_ascii_digit())
+        || w.contains([':', '.'])
+        || matches!(
+            w,
+            "address"
+                | "hostname"
+                | "encrypted"
+                | "RO"
+                | "RW"
+                | "ro"
+                | "rw"
+                | "timeout"
+                | "retransmit"
+                | "port"
+                | "auth-port"
+                | "acct-port"
+                | "level"
+                | "no-xauth"
+                | "vrf"
+                | "single-connection"
+                | "privilege"
+                | "ipv6"
+                | "!"
+        )
+}
+
 /// A shell's positional parameter (`$3`, `"$3"`, `${3}`): its number.
 fn positional_ref(w: &str) -> Option<u8> {
     let w = w.trim_matches(['"', '\'']).strip_prefix('$')?;
@@ -2662,14 +2692,34 @@ fn list_marker(w: &str) -> bool {
             && b[..b.len() - 1].iter().all(u8::is_ascii_digit))
 }
 
-/// A recovery or backup code: letters and digits, maybe in groups (`9iq7o-7nu0k`,
-/// `1234-5678`), with a digit; not a date.
+/// A recovery or backup code: letters and digits with a digit, in groups of four or more
+/// (`9iq7o-7nu0k`, `1234-5678`), six digits or more, or eight characters or more that mix
+/// letters and digits as a random string does (`a7k2m9x4`); not a port (`8443`), a name
+/// with a number (`migrate-v2`, `web-01`, `release2024`) nor a date. (Google's codes, two
+/// groups of four digits on a line, are read in pairs: see [`code_half`].)
 fn recovery_code(w: &str) -> bool {
     let b = w.as_bytes();
-    (4..=24).contains(&b.len())
+    let shaped = (4..=24).contains(&b.len())
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
         && b.iter().any(u8::is_ascii_digit)
-        && !(b.len() >= 8 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-')
+        && !(b.len() >= 8 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-');
+    if !shaped {
+        return false;
+    }
+    if w.contains('-') {
+        return w.split('-').all(|g| g.len() >= 4);
+    }
+    if b.iter().all(u8::is_ascii_digit) {
+        return b.len() >= 6;
+    }
+    // Letters and digits mixed, not a name followed by its number.
+    let changes = b.windows(2).filter(|p| p[0].is_ascii_digit() != p[1].is_ascii_digit()).count();
+    b.len() >= 8 && changes >= 2
+}
+
+/// Half of a Google backup code (`7165 4207`): four digits.
+fn code_half(w: &str) -> bool {
+    w.len() == 4 && w.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Calls that take a password or key as a positional argument: the function's name (as the
@@ -2920,6 +2970,42 @@ fn reveals_secret(cmd: &str) -> bool {
     decodes || makes || (reader && named)
 }
 
+/// A command that filters or shows the text piped to it (`grep`, `sed`, `tee`, …): a word
+/// after it such as `login` is what it looks for, not a command reading a password.
+fn text_filter(cmd: &str) -> bool {
+    matches!(
+        cmd,
+        "grep"
+            | "egrep"
+            | "fgrep"
+            | "rg"
+            | "ag"
+            | "ack"
+            | "sed"
+            | "awk"
+            | "gawk"
+            | "cut"
+            | "tr"
+            | "sort"
+            | "uniq"
+            | "wc"
+            | "head"
+            | "tail"
+            | "tee"
+            | "less"
+            | "more"
+            | "cat"
+            | "column"
+            | "nl"
+            | "rev"
+            | "xxd"
+            | "od"
+            | "hexdump"
+            | "Select-String"
+            | "findstr"
+    )
+}
+
 /// Oracle's tools, which take `user/password@database`.
 fn oracle_tool(l: &[u8]) -> bool {
     matches!(
@@ -3096,6 +3182,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // After "recovery codes" / "backup codes": `1` on that line, `2` on the lines after it,
     // where every code-shaped word is one, until a line holds another word.
     let mut codes = 0u8;
+    // The last word was the first half of a code of two groups (`7165 4207`).
+    let mut code_pair = false;
     // Groups of an OTP seed written four by four (`ph3m fyjz uhdy 3cc4 …`) left to mask.
     let mut seed_run = 0u8;
     // A call whose n-th argument is a password or key (`new PDO(dsn, user, password)`,
@@ -3121,6 +3209,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut secure_string = false;
     // A `|` after an echoed word: it is fed to the next command (`echo … | az devops login`).
     let mut piped = false;
+    // The command after the last `|` reads text (`| grep login`): its words are arguments, not a
+    // login that reads the echoed word. `None` until that command's name is read.
+    let mut pipe_filter: Option<bool> = Some(false);
     // A here-string (`<<< '…'`) on a line whose command reads a password.
     let mut herestring_pw = false;
     // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
@@ -3223,6 +3314,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             .map_or(start, |i| i + raw[i..].chars().next().map_or(1, char::len_utf8));
         let (pre, core, post) =
             if start < stop { (&raw[..start], &raw[start..stop], &raw[stop..]) } else { (raw, "", "") };
+        // The value a quoted word holds, to its closing quote: `"Pw2024x!"` is `Pw2024x!`, whose
+        // `!` the wrappers took off (used where a word is masked as a value, not to read it).
+        let (vcore, vpost) = {
+            let k = quoted_end(pre, post);
+            (&raw[start.min(stop)..stop + k], &raw[stop + k..])
+        };
         // A sentence about a password or a login ends with the sentence: "Forgot password? The
         // error is ERR_CONN_42" states no password. A question that ends its line is one asked
         // in a chat, answered on the next ("what's the pw for kibana?⏎it's `…`").
@@ -3250,6 +3347,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         if raw == "|" && echoed.is_some() {
             piped = true;
+            pipe_filter = None;
+        } else if piped && pipe_filter.is_none() {
+            pipe_filter = Some(text_filter(core));
         }
         // A command ends at `;`, `&&` or `||`: what was echoed is not read by the next one.
         if matches!(raw, "&&" | "||" | ";") || raw.ends_with(';') {
@@ -3371,12 +3471,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             n @ (1 | 2)
                 if (if n == 2 { secret_value(core, false) } else { credential_like(core) })
                     && !dotted_name(core)
-                    && !core.contains("://") =>
+                    && !core.contains("://")
+                    && line_words(rest, 64).next().is_none_or(device_word) =>
             {
                 pending = None;
                 out.push_str(pre);
-                out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), core));
-                out.push_str(post);
+                out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), vcore));
+                out.push_str(vpost);
                 continue;
             }
             _ => {}
@@ -3395,8 +3496,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
             if pre.ends_with(['"', '\'']) && secret_value(core, false) {
                 out.push_str(pre);
-                out.push_str(&ctx.mask("secret", core));
-                out.push_str(post);
+                out.push_str(&ctx.mask("secret", vcore));
+                out.push_str(vpost);
                 continue;
             }
         }
@@ -3454,7 +3555,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(raw);
                 continue;
             }
-            if recovery_code(core) {
+            // Four digits are half a code when four more follow them on the line.
+            let second_half = std::mem::take(&mut code_pair) && code_half(core);
+            let first_half =
+                !second_half && code_half(core) && line_words(rest, 8).next().is_some_and(code_half);
+            if second_half || first_half || recovery_code(core) {
+                code_pair = first_half;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
                 out.push_str(post);
@@ -3518,8 +3624,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && !core.contains(['@', '/'])
         {
             out.push_str(pre);
-            out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), core));
-            out.push_str(post);
+            out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), vcore));
+            out.push_str(vpost);
             continue;
         }
         // The output of a command that prints secrets (`az storage account keys list`): padded
@@ -3618,7 +3724,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
         // `| gh auth login --with-token`).
         if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
-            || (piped && matches!(core, "login" | "--with-token" | "passwd")))
+            || (piped && pipe_filter == Some(false) && matches!(core, "login" | "--with-token" | "passwd")))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -3629,12 +3735,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if std::mem::take(&mut after_echo) && secret_value(core, false) && !core.starts_with('-') {
             if std::mem::take(&mut herestring_pw) {
                 out.push_str(pre);
-                out.push_str(&ctx.mask("secret", core));
-                out.push_str(post);
+                out.push_str(&ctx.mask("secret", vcore));
+                out.push_str(vpost);
                 continue;
             }
             let s = out.len() + pre.len();
-            echoed = Some((s, s + core.len(), core.to_owned()));
+            echoed = Some((s, s + vcore.len(), vcore.to_owned()));
         }
         if core == "echo" {
             after_echo = true;
@@ -3648,8 +3754,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 positional = None;
                 if secret_value(core, false) && !core.starts_with(['-', '/']) {
                     out.push_str(pre);
-                    out.push_str(&ctx.mask("secret", core));
-                    out.push_str(post);
+                    out.push_str(&ctx.mask("secret", vcore));
+                    out.push_str(vpost);
                     continue;
                 }
             }
@@ -3911,8 +4017,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 }
                 None => out.push_str(&core[..at]),
             }
-            out.push_str(&ctx.mask("secret", &core[at..]));
-            out.push_str(post);
+            out.push_str(&ctx.mask("secret", &vcore[at..]));
+            out.push_str(vpost);
             pw_window = 0;
             login_window = 0;
             continue;
@@ -3933,8 +4039,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (community && credential_like(core) && !dotted_name(core)))
         {
             out.push_str(pre);
-            out.push_str(&ctx.mask("secret", core));
-            out.push_str(post);
+            out.push_str(&ctx.mask("secret", vcore));
+            out.push_str(vpost);
             bare_key = None;
             continue;
         }
@@ -4053,13 +4159,22 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         };
         if core.len() >= 10 && said == core && next_is() && (strong_credential(core) || password_like(core)) {
             let s = out.len() + pre.len();
-            claimed = Some((s, s + core.len(), core.to_owned(), 6));
+            claimed = Some((s, s + vcore.len(), vcore.to_owned(), 6));
         }
         out.push_str(pre);
         out.push_str(&said);
         out.push_str(post);
     }
     out
+}
+
+/// How much of `post`, the wrappers after a word, lies inside the quote `pre` opened: the
+/// punctuation before its closing quote (`!` in `"Pw2024x!"`), which belongs to the value.
+fn quoted_end(pre: &str, post: &str) -> usize {
+    match pre.chars().last() {
+        Some(q @ ('"' | '\'' | '`')) => post.find(q).unwrap_or(0),
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -4844,5 +4959,46 @@ mod tests {
             "the TOTP seed is [redacted:secret] [redacted:secret] [redacted:secret] [redacted:secret]"
         );
         assert_eq!(redact_secrets("AUTH Xy7pQ2w9Lm"), "AUTH [redacted:secret]");
+    }
+
+    #[test]
+    fn piped_login_is_not_a_text_filters_argument() {
+        // `| grep login` looks for the word: the echoed word is not a password read by a login.
+        leaves_each(&["echo Release-2024 | grep login", "echo Deploy-42x | tee -a log | grep --with-token"]);
+        masks_each(&[
+            ("echo Xq7-Rw2-Zp9k | base64 | az devops login", "Xq7-Rw2-Zp9k"),
+            ("echo \"Pw2024x!\" | sudo -S ls", "Pw2024x!"),
+        ]);
+    }
+
+    #[test]
+    fn recovery_codes_are_code_shaped_not_ports_or_step_names() {
+        leaves_each(&[
+            "backup codes were regenerated\n1. 8443\n2. migrate-v2\n3. step-3",
+            "Backup codes were regenerated on web-01 for user-42, see release2024",
+        ]);
+        masks_each(&[
+            ("GitHub recovery codes:\n5tv3p-cyj2w\npvz4f-qkn22", "pvz4f-qkn22"),
+            ("Backup codes for ops\n1. 3652 0569    2. 5690 8840", "5690 8840"),
+            ("recovery codes: a7k2m9x4q1 62731904", "62731904"),
+        ]);
+    }
+
+    #[test]
+    fn network_device_key_is_followed_by_device_words_not_prose() {
+        leaves_each(&["ip key Rotation2024 was scheduled", "key 0 Rotation2024 is due on Friday"]);
+        masks_each(&[
+            ("crypto isakmp key Xy7pQ2w9Lm address 10.0.0.1", "Xy7pQ2w9Lm"),
+            ("ntp authentication-key 1 md5 0822455D0A16 7", "0822455D0A16"),
+            ("tacacs-server key 7 0822455D0A16", "0822455D0A16"),
+        ]);
+    }
+
+    #[test]
+    fn quoted_value_is_masked_to_its_closing_quote() {
+        assert_eq!(redact_secrets("the password is \"Pw2024x!\""), "the password is \"[redacted:secret]\"");
+        assert_eq!(redact_secrets("the password is 'Pw2024x?'."), "the password is '[redacted:secret]'.");
+        // Unquoted, the sentence's `!` is still the sentence's.
+        assert_eq!(redact_secrets("the password is Pw2024x!"), "the password is [redacted:secret]!");
     }
 }
