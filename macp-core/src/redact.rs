@@ -2600,47 +2600,158 @@ fn base32_group(w: &str) -> bool {
     w.len() == 4 && w.bytes().all(|c| c.is_ascii_alphabetic() || (b'2'..=b'7').contains(&c))
 }
 
-/// A word of a wallet's seed phrase (BIP 39's words are three to eight lower-case letters),
-/// not one of the short words prose is made of.
-fn seed_word(w: &str) -> bool {
-    (3..=8).contains(&w.len())
-        && w.bytes().all(|b| b.is_ascii_lowercase())
-        && !matches!(
-            w,
-            "the"
-                | "and"
-                | "for"
-                | "from"
-                | "with"
-                | "that"
-                | "this"
-                | "was"
-                | "were"
-                | "are"
-                | "has"
-                | "have"
-                | "been"
-                | "into"
-                | "when"
-                | "then"
-                | "they"
-                | "them"
-                | "but"
-                | "not"
-                | "our"
-                | "its"
-                | "your"
-                | "will"
-                | "would"
-                | "should"
-                | "could"
-                | "which"
-                | "there"
-                | "their"
-                | "what"
-                | "after"
-                | "before"
-        )
+/// BIP-0039's English word list (see the file's head for where it comes from), parsed at
+/// compile time into sorted rows of eight bytes, each word padded with zeros.
+const BIP39: [[u8; 8]; 2048] = bip39_rows(include_str!("bip39-english.txt").as_bytes());
+
+const fn bip39_rows(b: &[u8]) -> [[u8; 8]; 2048] {
+    let mut rows = [[0u8; 8]; 2048];
+    let (mut i, mut n, mut c, mut comment) = (0, 0, 0, false);
+    while i < b.len() {
+        let x = b[i];
+        if x == b'\n' {
+            if c > 0 {
+                n += 1;
+            }
+            c = 0;
+            comment = false;
+        } else if c == 0 && x == b'#' || comment {
+            comment = true;
+        } else {
+            assert!(x.is_ascii_lowercase() && c < 8, "a BIP-39 word is 3 to 8 lower-case letters");
+            rows[n][c] = x;
+            c += 1;
+        }
+        i += 1;
+    }
+    assert!(n == 2048 && c == 0, "the BIP-39 list has 2048 words, one a line");
+    rows
+}
+
+/// One of BIP-0039's 2048 English words, as written (lower case).
+fn bip39_word(w: &str) -> bool {
+    let b = w.as_bytes();
+    if !(3..=8).contains(&b.len()) || !b.iter().all(u8::is_ascii_lowercase) {
+        return false;
+    }
+    let mut row = [0u8; 8];
+    row[..b.len()].copy_from_slice(b);
+    BIP39.binary_search(&row).is_ok()
+}
+
+/// Words of the list that prose is glued with ("that they must include this …"): a random
+/// phrase rarely holds many of them, a sentence made of list words always does.
+fn bip39_prose_word(w: &str) -> bool {
+    matches!(
+        w,
+        "that"
+            | "have"
+            | "you"
+            | "this"
+            | "they"
+            | "will"
+            | "one"
+            | "all"
+            | "there"
+            | "what"
+            | "about"
+            | "when"
+            | "make"
+            | "can"
+            | "like"
+            | "just"
+            | "know"
+            | "into"
+            | "other"
+            | "then"
+            | "now"
+            | "only"
+            | "come"
+            | "over"
+            | "also"
+            | "use"
+            | "two"
+            | "way"
+            | "want"
+            | "because"
+            | "any"
+            | "give"
+            | "must"
+            | "where"
+            | "very"
+            | "much"
+            | "more"
+            | "such"
+            | "own"
+            | "same"
+            | "still"
+            | "few"
+            | "need"
+            | "keep"
+            | "put"
+            | "try"
+            | "tell"
+            | "help"
+            | "again"
+            | "before"
+            | "above"
+            | "below"
+            | "under"
+            | "next"
+            | "either"
+            | "since"
+            | "until"
+    )
+}
+
+/// A list item's number or bullet between the words of a phrase (`1.`, `12)`, `#3`, `(4)`,
+/// `-`, `•`).
+fn phrase_marker(t: &str) -> bool {
+    let d = t.trim_start_matches(['#', '(']).trim_end_matches(['.', ')', ':']);
+    matches!(t, "-" | "*" | "•")
+        || (t.len() <= 4 && (1..=2).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The run of BIP-39 words that starts `s`: their count, how many are prose's glue words
+/// ([`bip39_prose_word`]), and where the last one ends. Words are separated by whitespace, a
+/// comma after a word, list numbers or bullets; sentence punctuation or a quote after a word
+/// ends the run with it, and a blank line or any other word ends it before. Read once per run,
+/// however long: a word of more than 16 bytes is none, so no token is read further than that.
+fn bip39_run(s: &str) -> (usize, usize, usize) {
+    let (mut count, mut glue, mut end, mut at) = (0, 0, 0, 0);
+    loop {
+        let t = &s[at..];
+        let ws = t.find(|c: char| !c.is_whitespace()).unwrap_or(t.len());
+        if ws == t.len() || t[..ws].matches('\n').count() > 1 {
+            break;
+        }
+        let head = &t[ws..];
+        let window = &head[..(0..=head.len().min(17)).rev().find(|i| head.is_char_boundary(*i)).unwrap_or(0)];
+        let Some(len) =
+            window.find(char::is_whitespace).or((window.len() == head.len()).then_some(window.len()))
+        else {
+            break;
+        };
+        let token = &head[..len];
+        at += ws;
+        if phrase_marker(token) && count > 0 {
+            at += len;
+            continue;
+        }
+        let bare = token.trim_end_matches([',', '.', ';', '!', '?', '"', '\'', '`', ')', ']', '}']);
+        if !bip39_word(bare) {
+            break;
+        }
+        count += 1;
+        glue += usize::from(bip39_prose_word(bare));
+        end = at + bare.len();
+        at += len;
+        // A comma goes on to the next word; other punctuation ends the phrase.
+        if !matches!(&token[bare.len()..], "" | ",") {
+            break;
+        }
+    }
+    (count, glue, end)
 }
 
 /// What may follow a key on a network device's configuration line (`… key X address 10.0.0.1`,
@@ -3223,10 +3334,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut shell_fn_def: Option<&str> = None;
     let mut shell_fn: Option<(&str, u8)> = None;
     let mut prev_flag = false;
-    // Lines left in which a seed phrase may stand (after "seed phrase", "mnemonic"), and words
-    // to pass before looking for one again.
-    let mut mnemonic = 0u8;
-    let mut mnemonic_skip = 0u8;
+    // Where the last run of BIP-39 words read ends, as an offset into `text`: a word before it
+    // is inside that run (read once, from its start).
+    let mut bip39_until = 0usize;
     let mut rest = text;
     while !rest.is_empty() {
         let ws = gap(rest);
@@ -3281,7 +3391,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             piped = false;
             herestring_pw = false;
             device_key = 0;
-            mnemonic = mnemonic.saturating_sub(1);
             pw_line = false;
             claimed = None;
             // An echoed word is read as a password only on its own line (`echo … | sudo -S`).
@@ -3390,7 +3499,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 prev_token_q = false;
                 seed_run = 0;
                 device_key = 0;
-                mnemonic = 0;
                 secure_string = false;
                 herestring_pw = false;
                 last = core;
@@ -3504,49 +3612,23 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.eq_ignore_ascii_case("ConvertTo-SecureString") {
             secure_string = true;
         }
-        // A wallet's seed phrase: twelve to twenty-four short lower-case words in a row, after
-        // "seed phrase", "recovery phrase", "mnemonic" (one placeholder for the phrase).
-        let noun = core.trim_end_matches(':');
-        if noun.eq_ignore_ascii_case("mnemonic")
-            || ((noun.eq_ignore_ascii_case("phrase") || noun.eq_ignore_ascii_case("words"))
-                && ["seed", "recovery", "secret", "backup", "wallet"]
-                    .iter()
-                    .any(|q| before.eq_ignore_ascii_case(q)))
-        {
-            mnemonic = 2;
-            mnemonic_skip = 0;
-        } else if mnemonic > 0 && mnemonic_skip > 0 {
-            mnemonic_skip -= 1;
-        } else if mnemonic > 0 && post.is_empty() && seed_word(core) {
-            // At most 24 words are read, so the line is looked at no further than they can
-            // reach (a long line of candidates is not scanned to its end for each).
-            let line = line_ahead(rest, 24 * 16);
-            let (mut n, mut end, mut at) = (1usize, 0usize, 0usize);
-            while n <= 24 {
-                let t = &line[at..];
-                let ws = t.len() - t.trim_start_matches([' ', '\t']).len();
-                let w = &t[ws..t[ws..].find([' ', '\t']).map_or(t.len(), |e| ws + e)];
-                let bare = w.trim_end_matches(['.', ',', ';', '!', '?', '"', '\'', '`', ')']);
-                if !seed_word(bare) {
-                    break;
-                }
-                n += 1;
-                at += ws + bare.len();
-                end = at;
-                if bare.len() < w.len() {
-                    break;
-                }
-                at += w.len() - bare.len();
-            }
-            if (12..=24).contains(&n) {
-                let phrase = format!("{core}{}", &rest[..end]);
+        // A wallet's seed phrase: twelve to twenty-four words of BIP-0039's list in a row
+        // (spaces, commas, line breaks or list numbers between them), whatever the language
+        // around them; not a run of them that reads as English prose ([`bip39_prose_word`]).
+        // One placeholder for the phrase.
+        let core_at = text.len() - rest.len() - raw.len() + pre.len();
+        if core_at >= bip39_until && bip39_word(core) {
+            let (n, glue, end) = bip39_run(&text[core_at..]);
+            bip39_until = core_at + end.max(core.len());
+            // (The phrase runs past this word: `rest`, after it, is cut where the phrase ends.)
+            let to = (core_at + end).checked_sub(text.len() - rest.len());
+            if let Some(to) = to.filter(|_| (12..=24).contains(&n) && glue * 6 <= n) {
                 out.push_str(pre);
-                out.push_str(&ctx.mask("secret", &phrase));
-                rest = &rest[end..];
-                mnemonic = 0;
+                out.push_str(&ctx.mask("secret", &text[core_at..core_at + end]));
+                rest = &rest[to..];
+                as_a_masked_secret!();
                 continue;
             }
-            mnemonic_skip = (n - 1).min(24) as u8;
         }
         // Recovery codes, one after another, each a secret.
         if codes > 0 {
@@ -5000,5 +5082,48 @@ mod tests {
         assert_eq!(redact_secrets("the password is 'Pw2024x?'."), "the password is '[redacted:secret]'.");
         // Unquoted, the sentence's `!` is still the sentence's.
         assert_eq!(redact_secrets("the password is Pw2024x!"), "the password is [redacted:secret]!");
+    }
+
+    #[test]
+    fn bip39_list_is_the_2048_sorted_english_words() {
+        assert!(BIP39.windows(2).all(|p| p[0] < p[1]));
+        for w in ["abandon", "ability", "zoo", "awake", "oyster"] {
+            assert!(bip39_word(w), "{w}");
+        }
+        for w in ["the", "and", "helps", "Abandon", "abandons", "zo"] {
+            assert!(!bip39_word(w), "{w}");
+        }
+    }
+
+    #[test]
+    fn bip39_seed_phrase_is_masked_whatever_the_language_around_it() {
+        let phrase = "tongue lumber shadow violin reform canvas whisper drift exhaust oyster glance awake";
+        for t in [
+            format!("Frase semilla de la billetera (no compartir): {phrase}"),
+            format!("Die Wiederherstellungsphrase lautet {phrase}. Bitte sicher aufbewahren."),
+            format!("{{\"mnemonic\": \"{phrase}\"}}"),
+            phrase.replace(' ', ", "),
+            phrase.split(' ').enumerate().map(|(i, w)| format!("{}. {w}\n", i + 1)).collect(),
+        ] {
+            let out = stable_each(&[t.as_str()]).remove(0);
+            assert!(
+                out.contains("[redacted:secret]") && !out.contains("lumber") && !out.contains("awake"),
+                "{out}"
+            );
+        }
+        // Eleven words are no phrase; a run longer than twenty-four is a list of words.
+        let eleven = phrase.rsplit_once(' ').unwrap().0;
+        leaves_each(&[eleven, &format!("{phrase} {phrase} {phrase}")]);
+    }
+
+    #[test]
+    fn bip39_seed_phrase_is_not_prose_after_mnemonic() {
+        leaves_each(&[
+            "The mnemonic helps nurses remember steps quickly during busy night shifts without missing vital patient checks",
+            "mnemonic generation failed because wallet service returned empty entropy during startup again today sadly",
+            "The BIP39 mnemonic library returns words based upon entropy length chosen while wallets derive private keys",
+            // List words, glued as English is.
+            "that they must include this license text you can also make sure that you have",
+        ]);
     }
 }
