@@ -14,9 +14,13 @@
 //!   positives at most 1% (an innocent text changed) in every set.
 //! - Every text is redacted twice: the second pass must change nothing. Text that already holds
 //!   the redactor's own placeholders (a note pasted back, a row edited) is stored as it is.
-//! - `redaction-ninth.jsonl`, written the same way and never tuned against: the honest figure
-//!   (recall 0.886, false positives 3.00% with the rules tuned on seven sets; recall 0.906, false
-//!   positives 3.25% after the tuning on the eighth), held to that level as a regression floor.
+//! - Never tuned against, each held to its level as a regression floor: `redaction-ninth.jsonl`
+//!   (recall 0.886, false positives 3.00% with the rules tuned on seven sets; 0.914 and 3.25%
+//!   now) and `redaction-tenth.jsonl` (recall 0.954, false positives 2.50% when first measured,
+//!   with the rules tuned on eight sets), each written the same way. The tenth was asked for a
+//!   mix closer to what incident rooms carry: about 40% of its secrets are of the kinds the issue
+//!   names (cloud keys, the big vendors' tokens, JWTs, PEM keys, connection strings,
+//!   `Authorization` headers), the rest the long tail.
 
 use macp_core::redact::{KINDS, Redactions, Redactor};
 
@@ -147,31 +151,32 @@ fn the_redactor_reaches_its_goal_on_the_development_sets() {
     assert!(recall >= 0.98, "recall {recall:.4} < 0.98");
 }
 
-/// The never-tuned set, `redaction-ninth.jsonl`: written by someone who had not read the rules
-/// nor any other set, and measured as written (BENCHMARKS.md keeps the figures). It is held to
-/// that level as a regression floor; tuning on it would make it one more development set, and
-/// the next honest figure would need a new blind set.
+/// The never-tuned sets: written by someone who had not read the rules nor any other set, and
+/// measured as written (BENCHMARKS.md keeps the figures). Each is held to its level as a
+/// regression floor; tuning on one makes it one more development set, and the next honest figure
+/// needs a new blind set.
 #[test]
-fn the_redactor_holds_its_level_on_the_never_tuned_set() {
-    let s = measure("ninth", include_str!("redaction-ninth.jsonl"));
-    assert!(
-        s.recall() >= NEVER_TUNED_RECALL,
-        "ninth: recall {:.4} fell below {NEVER_TUNED_RECALL}",
-        s.recall()
-    );
-    assert!(
-        s.false_positives() <= NEVER_TUNED_FALSE_POSITIVES,
-        "ninth: false positives {:.2}% rose above {:.2}%",
-        s.false_positives() * 100.0,
-        NEVER_TUNED_FALSE_POSITIVES * 100.0
-    );
+fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
+    for (name, set, recall, false_positives) in NEVER_TUNED {
+        let s = measure(name, set);
+        assert!(s.recall() >= recall, "{name}: recall {:.4} fell below {recall}", s.recall());
+        assert!(
+            s.false_positives() <= false_positives,
+            "{name}: false positives {:.2}% rose above {:.2}%",
+            s.false_positives() * 100.0,
+            false_positives * 100.0
+        );
+    }
 }
 
-/// What the ninth set measured after the tuning on the eighth (recall 0.9057: 317 of 350
-/// secrets; false positives 3.25%: 13 of 400 innocent texts changed), rounded to the floor it
-/// is held to.
-const NEVER_TUNED_RECALL: f64 = 0.90;
-const NEVER_TUNED_FALSE_POSITIVES: f64 = 0.033;
+/// Each never-tuned set with the floor it is held to: what it measured, rounded down (recall)
+/// or up (false positives). The ninth: recall 0.9143 (320 of 350 secrets), false positives 3.25%
+/// (13 of 400 innocent texts changed). The tenth, first measured with the rules tuned on eight
+/// sets: recall 0.9543 (334 of 350), false positives 2.50% (10 of 400).
+const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
+    ("ninth", include_str!("redaction-ninth.jsonl"), 0.91, 0.033),
+    ("tenth", include_str!("redaction-tenth.jsonl"), 0.95, 0.025),
+];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
 /// then does not read it); `<private>` spans are still removed.
