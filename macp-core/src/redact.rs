@@ -420,6 +420,11 @@ struct Ctx<'a> {
     configmap: bool,
     /// Reading text decoded from base64 inside another: not decoded again.
     nested: bool,
+    /// The text calls Sentry's browser SDK (`Sentry.init(`): a DSN's key in it is public.
+    sentry_browser: bool,
+    /// The text is about PgBouncer's `auth_file` (`userlist.txt`): its lines of two quoted
+    /// words are a user and a password.
+    userlist: bool,
     /// How many [`redact_word`] calls are under way (a URL's host, the rest after a JWT, the
     /// pieces around a placeholder are read as words again): bounded so no word, however
     /// built, can recurse deep enough to overflow a worker's stack.
@@ -434,7 +439,9 @@ impl<'a> Ctx<'a> {
         let configmap = (text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
             && !text.contains("kind: Secret");
         let jaas = text.contains("LoginModule");
-        Ctx { off, found, jwk, jaas, configmap, nested, depth: 0 }
+        let sentry_browser = text.contains("Sentry.init(");
+        let userlist = text.contains("userlist.txt") || text.contains("auth_file");
+        Ctx { off, found, jwk, jaas, configmap, nested, sentry_browser, userlist, depth: 0 }
     }
 
     /// The kind of secret `w` is by its shape alone, no key naming it ([`secret_kind`]), but
@@ -701,6 +708,10 @@ const SECRET_KEYS: &[&str] = &[
     "integration_key",
     "license_key",
     "client_key",
+    // A service account key file's key id, Honeycomb's API key header (`x-honeycomb-team`, in
+    // `OTEL_EXPORTER_OTLP_HEADERS`).
+    "private_key_id",
+    "honeycomb_team",
     "key_data",
     "oauth2_proxy",
     // Passwords by other names, and keys named for what they unlock (WireGuard's `PrivateKey`,
@@ -808,6 +819,8 @@ const CJK_PASSWORDS: &[&str] = &[
     "비밀번호",
     "암호",
     "시크릿",
+    // Korean's everyday short form of 비밀번호.
+    "비번",
 ];
 
 /// Keys whose value is a secret whatever it looks like (short of a placeholder); after the
@@ -1034,6 +1047,21 @@ fn leading_password_name(k: &str) -> bool {
         })
 }
 
+/// Where the value starts in a word that glues it to a CJK password noun (`密码：Qw7…`,
+/// `パスワード:…`, `密码是…`): after the noun and a colon (either width), `=` or `是`/`为`, when
+/// what follows is a password's value.
+fn cjk_glued_value(w: &str) -> Option<usize> {
+    let (at, noun) = CJK_PASSWORDS.iter().filter_map(|p| w.find(p).map(|i| (i, *p))).min()?;
+    let after = &w[at + noun.len()..];
+    let sep = ['：', ':', '=', '是', '为'].into_iter().find(|c| after.starts_with(*c))?;
+    let start = at + noun.len() + sep.len_utf8();
+    // The value is what a password is written in, up to the text around it in the script's own
+    // punctuation (`密码：Abc123!，请尽快修改`); prose after the colon (`密码：请联系管理员`) is none.
+    let value = &w[start..];
+    let value = &value[..value.find(|c: char| !c.is_ascii_graphic()).unwrap_or(value.len())];
+    ((4..=64).contains(&value.len()) && secret_value(value, false)).then_some(start)
+}
+
 /// `w` holds one of [`CJK_PASSWORDS`].
 fn cjk_password(w: &str) -> bool {
     CJK_PASSWORDS.iter().any(|p| w.contains(p))
@@ -1054,6 +1082,8 @@ const NOT_SECRET_TOKENS: &[&str] = &[
     "idempotency_key",
     "cancellation_token",
     "change_token",
+    // Mailgun's `X-Mailgun-Sid` header: the sending domain's tracking id in every message.
+    "mailgun_sid",
 ];
 
 /// Looks like a credential rather than a word: six characters or more, with a digit or both
@@ -1109,7 +1139,9 @@ fn password_like(w: &str) -> bool {
     let cases = w.chars().any(|c| c.is_ascii_uppercase()) && w.chars().any(|c| c.is_ascii_lowercase());
     // A key is named as code names things, in one case or camel case (`V32r2=FV+…` is a
     // password holding `=`).
+    // A flag's property (`-PnexusUser=$NEXUS_USER`, `-Dkey=value`) is a pair too.
     let pair = w.split_once('=').is_some_and(|(k, _)| {
+        let k = k.trim_start_matches('-');
         let letters = k.trim_end_matches(|c: char| c.is_ascii_digit());
         k.len() >= 2
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-')
@@ -1191,7 +1223,7 @@ fn placeholder(w: &str) -> bool {
         || w.starts_with('!')
         // A diff's added line, a phone number; not a key whose base64 starts with `+`, nor a
         // password that does (`-p '+nA_^hU!#^Esy%7BLv'`: letters, a digit and another symbol).
-        || (w.starts_with('+') && !key_material(w) && !symbolic(&w[1..]))
+        || (w.starts_with('+') && !key_material(w) && !symbolic(&w[1..]) && !cased_word_number(&w[1..]))
         // Where the secret is read from, not the secret: a relative or home path, curl's and
         // Vault's `@file` (`--from-file=password=./pw.txt`, `password=@/dev/stdin`).
         || ["./", "../", "~/", "@/", "@./", "@~/"].iter().any(|p| w.starts_with(p))
@@ -1214,6 +1246,7 @@ fn placeholder(w: &str) -> bool {
         || w.contains('…')
         || field_template(w)
         || cmdlet(w)
+        || audit_hmac(w)
         // A format verb or a bind parameter (`"password=%s"`, `{}`, `password = ?`, `:1`).
         || (w.len() <= 3 && w.starts_with('%') && w[1..].bytes().all(|b| b.is_ascii_alphabetic()))
         || matches!(w, "{}" | "?" | "{0}" | "{1}" | ":1" | ":2" | "$1" | "$2")
@@ -1233,6 +1266,49 @@ fn field_template(w: &str) -> bool {
         && name(&b[1..b.len() - 1]))
         // Its closing brace taken off as a wrapper (`Password={password};`).
         || (b.len() >= 4 && b[0] == b'{' && b[1..].iter().all(|c| c.is_ascii_lowercase() || *c == b'_'))
+}
+
+/// Base58 of 64 bytes (86 to 88 characters of Bitcoin's alphabet, no `0`, `O`, `I` or `l`):
+/// a Solana transaction's signature under a signature's name.
+fn base58_signature(w: &str) -> bool {
+    (86..=88).contains(&w.len())
+        && w.bytes().all(|b| b.is_ascii_alphanumeric() && !matches!(b, b'0' | b'O' | b'I' | b'l'))
+}
+
+/// Letters of both cases with digits (`Otter2016`): after a `+`, a password that starts with
+/// one, not a diff's added line or a phone number.
+fn cased_word_number(w: &str) -> bool {
+    w.len() >= 6
+        && w.bytes().all(|b| b.is_ascii_alphanumeric())
+        && w.bytes().any(|b| b.is_ascii_digit())
+        && w.bytes().any(|b| b.is_ascii_uppercase())
+        && w.bytes().any(|b| b.is_ascii_lowercase())
+}
+
+/// "Key" in the languages of [`PASSWORDS`], as a wireless network's passphrase is labelled
+/// (`WLAN-Schlüssel`, `Netzwerkschlüssel`, `clé WPA`, `clave`): the word or a compound ending
+/// with it.
+fn wireless_key(k: &str) -> bool {
+    let k = k.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
+    k.ends_with("schlüssel")
+        || k.ends_with("schluessel")
+        || ["key", "clé", "cle", "clave", "chiave", "sleutel", "nøgle", "nyckel", "avain", "klucz"]
+            .iter()
+            .any(|n| k == *n || k.strip_suffix(n).is_some_and(|h| h.ends_with(['-', '_'])))
+}
+
+/// A personal access token's variable (`GITHUB_PAT`, `AZURE_DEVOPS_EXT_PAT`), as environment
+/// names write it: its value is taken only when it is letters and digits as a token is (a
+/// `*_PAT` or `*_pat` in code is as often a pattern, `IPV4_PAT = r"…"`).
+fn access_token_name(k: &str) -> bool {
+    let k = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    k.len() > 4 && (k.ends_with("_PAT") || k.ends_with("_pat")) || k.eq_ignore_ascii_case("pat")
+}
+
+/// A value Vault's audit log wrote in place of a secret: `hmac-sha256:` and the HMAC's hex
+/// (whoever reads the log cannot turn it back into the secret).
+fn audit_hmac(w: &str) -> bool {
+    w.strip_prefix("hmac-sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A PowerShell cmdlet (`Read-Host`, `Get-Credential`, `ConvertTo-SecureString`): an approved
@@ -1458,6 +1534,13 @@ fn shape(word: &str) -> Option<&'static str> {
     if hook_url(word) {
         return Some("webhook");
     }
+    // A Google Chat space's incoming webhook: its `key` and `token` post to the space.
+    if word.starts_with("https://chat.googleapis.com/v1/spaces/")
+        && word.contains("/messages?")
+        && word.contains("token=")
+    {
+        return Some("webhook");
+    }
     if (word.starts_with("hvs.") || word.starts_with("hvb.")) && word.len() >= 24 && token_chars(&word[4..]) {
         return Some("vault-token");
     }
@@ -1544,6 +1627,7 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("xkeysib-", 60, true),        // Brevo (Sendinblue) API and SMTP keys
     ("xsmtpsib-", 60, true),
     ("phx_", 40, false), // PostHog personal API keys (`phc_` project keys are public)
+    ("cio", 35, false),  // crates.io API tokens (`cio` and 32 letters and digits)
 ];
 
 /// A vendor's token by its prefix ([`VENDOR_PREFIXES`]) or its shape; the part after a prefix
@@ -1617,6 +1701,19 @@ fn vendor_token(word: &str) -> Option<&'static str> {
     {
         return Some("api-key");
     }
+    // Square's access tokens: `EAAA` and 60 characters of base64url.
+    if word.len() == 64
+        && word.starts_with("EAAA")
+        && random(&word[4..])
+        && word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Some("api-key");
+    }
+    // A Bitcoin private key in wallet import format, or an extended private key (`xprv…`):
+    // base58 whose checksum holds.
+    if base58check_private_key(word) {
+        return Some("private-key");
+    }
     // Airtable personal access tokens: `pat`, 14 characters, `.`, 64 hex.
     if let Some((head, tail)) = word.split_once('.')
         && head.len() == 17
@@ -1650,6 +1747,74 @@ fn vendor_token(word: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// Base58 (Bitcoin's alphabet) decoded, into at most 82 bytes; `None` for another character
+/// or a longer number.
+fn base58_decode(w: &str) -> Option<Vec<u8>> {
+    const ALPHABET: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+    let mut n: Vec<u8> = Vec::with_capacity(82);
+    for c in w.bytes() {
+        let mut carry = ALPHABET.iter().position(|a| *a == c)? as u32;
+        for d in n.iter_mut().rev() {
+            carry += u32::from(*d) * 58;
+            *d = carry as u8;
+            carry >>= 8;
+        }
+        while carry > 0 {
+            n.insert(0, carry as u8);
+            carry >>= 8;
+        }
+        if n.len() > 82 {
+            return None;
+        }
+    }
+    let zeros = w.bytes().take_while(|b| *b == b'1').count();
+    let mut out = vec![0; zeros];
+    out.extend(n);
+    Some(out)
+}
+
+/// A private key written as Bitcoin writes one: wallet import format (`5…`, `K…`, `L…`, and
+/// testnet's `9…`, `c…`; 51 or 52 characters) or a BIP-32 extended private key (`xprv`,
+/// `tprv`, 111 characters), whose base58 carries a checksum of double SHA-256 that holds (so
+/// no other string of that shape is taken by chance).
+fn base58check_private_key(w: &str) -> bool {
+    use sha2::Digest;
+    let wif = (51..=52).contains(&w.len()) && w.starts_with(['5', 'K', 'L', '9', 'c']);
+    let xprv = w.len() == 111 && (w.starts_with("xprv") || w.starts_with("tprv"));
+    if !(wif || xprv) {
+        return false;
+    }
+    let Some(b) = base58_decode(w) else {
+        return false;
+    };
+    let shaped = if wif { matches!(b.len(), 37 | 38) && matches!(b[0], 0x80 | 0xef) } else { b.len() == 82 };
+    if !shaped {
+        return false;
+    }
+    let (body, check) = b.split_at(b.len() - 4);
+    let digest = sha2::Sha256::digest(sha2::Sha256::digest(body));
+    digest[..4] == *check
+}
+
+/// A key's 64 bytes as a JSON array of numbers (`[47,2,124,…]`): how Solana's CLI writes a
+/// keypair file (`~/.config/solana/id.json`), the secret key and the public key together.
+fn byte_array_key(w: &str) -> bool {
+    let inner = w.trim_start_matches('[').trim_end_matches([']', ',']);
+    let mut seen = [false; 256];
+    inner.len() >= 127
+        && inner.len() <= 255
+        && inner.split(',').count() == 64
+        && inner.split(',').all(|n| {
+            let b = n.parse::<u8>();
+            if let Ok(b) = b {
+                seen[usize::from(b)] = true;
+            }
+            n.len() <= 3 && b.is_ok()
+        })
+        // Random bytes, not a run of a few values (a buffer of zeros).
+        && seen.iter().filter(|x| **x).count() >= 24
 }
 
 /// An incoming webhook's URL (Mattermost's `/hooks/<key>`, Zapier's `/hooks/catch/<id>/<key>/`,
@@ -1712,7 +1877,8 @@ fn crypt_hash(w: &str) -> bool {
 fn key_material_name(key: &str) -> bool {
     let k = key.trim_matches(|c: char| !c.is_ascii_alphanumeric());
     // Consul's, Nomad's and Serf's gossip key is `encrypt`.
-    named(k, &["key", "encrypt"])
+    // A key's `material` (a key loader's log: `loaded data key id=… material=…`).
+    named(k, &["key", "encrypt", "material"])
         && !k.bytes().any(|b| b == b' ')
         && !named(k, &["public_key", "pub_key", "host_key"])
         && !named(k, NOT_SECRET_TOKENS)
@@ -1896,7 +2062,7 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
 }
 
 fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
-    if crypt_hash(w) {
+    if crypt_hash(w) || byte_array_key(w) {
         return ctx.mask("secret", w);
     }
     // `${POSTGRES_PASSWORD:?must be set}`, `{{ .Values.password }}`: a template, whole.
@@ -1939,7 +2105,10 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
                 && userinfo.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
                 && userinfo.bytes().any(|b| b.is_ascii_digit())
                 && userinfo.bytes().any(|b| b.is_ascii_alphabetic())
-                && !dummy(userinfo);
+                && !dummy(userinfo)
+                // The public key of a DSN in browser code (`Sentry.init({ dsn: … })`, the
+                // JavaScript SDK's call), which ships in every page's bundle.
+                && !(ctx.sentry_browser && rest[at..path].contains(".sentry.io"));
             if let Some(kind) = secret_kind(userinfo).or(token.then_some("secret")) {
                 let m = ctx.mask(kind, userinfo);
                 let host = redact_word(&rest[at..], ctx);
@@ -2144,7 +2313,8 @@ fn setter(w: &str, ctx: &mut Ctx<'_>) -> Option<String> {
             continue;
         }
         let name = &w[start..open];
-        let bare = ["set", "with"]
+        // Go's and C#'s exported names too (`square.WithAccessToken("…")`, `SetPassword`).
+        let bare = ["set", "with", "Set", "With"]
             .iter()
             .find_map(|p| name.strip_prefix(p).filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase())));
         let secret = match bare {
@@ -2231,7 +2401,11 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         let jaas_user = ctx.jaas && key.len() > 5 && key.starts_with("user_");
         let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
             value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
-        } else if key_material_name(key) && key_material(bare) {
+        } else if (key_material_name(key)
+            && (key_material(bare)
+                || (named(key.trim_matches(['"', '\'']), &["material"]) && long_hex(bare))))
+            || (access_token_name(key) && random_value(bare) && bare.len() >= 20)
+        {
             ctx.mask_on("secret", bare)
         } else if secret_kind(key) == Some("aws-access-key") && credential_like(value) {
             // `AKIA…:secret` (SES SMTP credentials in `sasl_passwd`, `id:secret` pairs): both, as
@@ -2323,22 +2497,26 @@ fn inside(body: &str, ctx: &mut Ctx<'_>) -> String {
     }
     let mut out = String::with_capacity(body.len());
     let mut piece = String::new();
-    let flush = |piece: &mut String, out: &mut String, ctx: &mut Ctx<'_>| {
-        match ctx.alone(piece) {
+    // A piece that a `/` joins to more base64 is part of a longer string (an S3 error's
+    // `HostId`, a path), not an AWS secret key however its 40 characters look.
+    let flush = |piece: &mut String, out: &mut String, ctx: &mut Ctx<'_>, slashed: bool| {
+        match ctx.alone(piece).filter(|k| !(slashed && *k == "aws-secret-key")) {
             Some(k) => out.push_str(&ctx.mask(k, piece)),
             None => out.push_str(piece),
         }
         piece.clear();
     };
+    let mut slash_before = false;
     for c in body.chars() {
         if delim(c) {
-            flush(&mut piece, &mut out, ctx);
+            flush(&mut piece, &mut out, ctx, slash_before || c == '/');
+            slash_before = c == '/';
             out.push(c);
         } else {
             piece.push(c);
         }
     }
-    flush(&mut piece, &mut out, ctx);
+    flush(&mut piece, &mut out, ctx, slash_before);
     out
 }
 
@@ -2894,6 +3072,14 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("jwt.verify", 1, true),
     ("Wallet", 0, true),
     ("privateKeyToAccount", 0, true),
+    // Azure Cosmos DB's clients (`new CosmosClient(endpoint, key)`), ring's HMAC and AEAD keys
+    // (`hmac::Key::new(hmac::HMAC_SHA256, b"…")`), golang-jwt's signing key
+    // (`token.SignedString([]byte("…"))`).
+    ("CosmosClient", 1, true),
+    ("DocumentClient", 1, true),
+    ("Key::new", 1, true),
+    ("UnboundKey::new", 1, true),
+    ("SignedString", 0, true),
 ];
 
 /// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
@@ -2909,7 +3095,7 @@ fn credential_call(w: &str) -> Option<(usize, CallArg)> {
     let name = callee.rsplit(['.', ':', '>', ' ']).next()?;
     let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| {
         *n == name
-            || (n.contains('.')
+            || (n.contains(['.', ':'])
                 && callee.ends_with(n)
                 && !callee[..callee.len() - n.len()]
                     .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
@@ -2957,8 +3143,9 @@ impl CallArg {
             } else if self.left == 0 && self.depth == 0 {
                 match c {
                     b' ' | b'\t' => {}
-                    // A Python bytes or raw string (`b'…'`).
+                    // A Python bytes or raw string (`b'…'`), a Go conversion (`[]byte("…")`).
                     b'b' | b'r' | b'f' | b'u' if matches!(b.get(i + 1), Some(b'"' | b'\'')) => {}
+                    b'[' if b[i..].starts_with(b"[]byte(") => i += 6,
                     b'"' | b'\'' | b'`' => {
                         let start = i + 1;
                         return match s[start..].find(c as char) {
@@ -3038,6 +3225,9 @@ fn reveals_secret(cmd: &str) -> bool {
             "gen-random",
             "secrets.token_",
             "mkpasswd",
+            // Bitcoin Core's commands that print a wallet's private keys.
+            "dumpprivkey",
+            "dumpwallet",
         ]
         .iter()
         .any(|g| l.contains(g))
@@ -3271,6 +3461,25 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // The pending value's key was quoted (`"password": new_pw`): an unquoted name after it is a
     // variable in code, not the secret.
     let mut key_quoted = false;
+    // The pending value's key names a signature (`Signature: …`).
+    let mut signature_key = false;
+    // The password named in the sentence was named in Polish (`hasło`).
+    let mut pw_polish = false;
+    // Inside Consul's `tokens {` block: each of its settings is a token.
+    let mut consul_tokens = false;
+    // After PuTTY's `Private-Lines:` (`1`, its count comes next) and then its lines left.
+    let mut ppk_count = false;
+    let mut ppk_lines = 0u8;
+    // A FreeRDP command on this line (`xfreerdp /u:… /p:…`).
+    let mut freerdp = false;
+    // This line is about a wireless network (`WLAN`, `Wi-Fi`, `SSID`): its `key:` is the
+    // passphrase (`Schlüssel:`, `clé :`).
+    let mut wireless = false;
+    // The pending value is under a wireless key's label.
+    let mut wireless_value = false;
+    // This line is a PgBouncer `auth_file` entry (`"user" "password"`) in a text about one.
+    let mut userlist_line = false;
+    let mut line_word = 0usize;
     // Inside a Terraform `variable "db_password" {` block (`Some(weak)`): its `default` is the
     // value.
     let mut tf_secret: Option<bool> = None;
@@ -3354,6 +3563,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
             }
+            let has =
+                |t: &str| line.as_bytes().windows(t.len()).any(|w| w.eq_ignore_ascii_case(t.as_bytes()));
+            wireless = ["wlan", "wifi", "wi-fi", "wpa", "ssid"].iter().any(|t| has(t));
+            // `"user" "password"`, the whole line.
+            userlist_line = ctx.userlist && {
+                let mut w = line.split_whitespace();
+                let quoted = |x: Option<&str>| {
+                    x.is_some_and(|x| x.len() >= 2 && x.starts_with('"') && x.ends_with('"'))
+                };
+                quoted(w.next()) && quoted(w.next()) && w.next().is_none()
+            };
             let mut words = line.split_whitespace();
             let first = words.next().unwrap_or("");
             device_line = matches!(
@@ -3385,6 +3605,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         if let Some(nl) = rest[..ws].rfind('\n') {
             sql_tool = false;
+            freerdp = false;
+            line_word = 0;
             snmp = false;
             openssl = false;
             net_use = false;
@@ -3453,6 +3675,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             after_echo = true;
             out.push_str(raw);
             continue;
+        }
+        // Consul's `tokens { … }` ends at its closing brace.
+        if raw.starts_with('}') {
+            consul_tokens = false;
         }
         if raw == "|" && echoed.is_some() {
             piped = true;
@@ -3529,6 +3755,83 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         let before = std::mem::replace(&mut last, core);
         let before2 = std::mem::replace(&mut last2, before);
+        line_word += 1;
+        // A value masked by one of the line rules below: the word's wrappers kept.
+        macro_rules! masked_value {
+            ($head:expr, $value:expr, $tail:expr) => {{
+                out.push_str(pre);
+                out.push_str($head);
+                out.push_str(&ctx.mask(ctx.alone($value).unwrap_or("secret"), $value));
+                out.push_str($tail);
+                as_a_masked_secret!();
+                continue;
+            }};
+        }
+        // PgBouncer's `auth_file`: `"user" "password"`, its second word.
+        if userlist_line && line_word == 2 && secret_value(vcore, false) {
+            masked_value!("", vcore, vpost);
+        }
+        // Consul's ACL `tokens { agent = "…" … }`: every setting in the block is a token.
+        if core == "tokens" && (post.starts_with('{') || line_words(rest, 4).next() == Some("{")) {
+            consul_tokens = true;
+        }
+        // PuTTY's key file: the lines after `Private-Lines: N` are the private key.
+        if std::mem::take(&mut ppk_count)
+            && let Ok(n) = core.parse::<u8>()
+        {
+            ppk_lines = n.min(64);
+            out.push_str(raw);
+            continue;
+        }
+        if ppk_lines > 0 {
+            if core.len() >= 16
+                && core.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+            {
+                ppk_lines -= 1;
+                masked_value!("", core, post);
+            }
+            ppk_lines = 0;
+        }
+        if core == "Private-Lines:" {
+            ppk_count = true;
+        }
+        // A Windows-style password flag: FreeRDP's `/p:…`, cmdkey's `/pass:…`, `/password:…`.
+        if core.contains("freerdp") {
+            freerdp = true;
+        }
+        let slash_flag = |f: &str| core.get(..f.len()).is_some_and(|h| h.eq_ignore_ascii_case(f));
+        if let Some(flag) =
+            ["/pass:", "/password:"].into_iter().chain(freerdp.then_some("/p:")).find(|f| slash_flag(f))
+        {
+            let v = &vcore[flag.len()..];
+            let q = v.len() - v.trim_start_matches(['"', '\'']).len();
+            let inner = v[q..].trim_end_matches(['"', '\'']);
+            if secret_value(inner, false) {
+                let head = &vcore[..flag.len() + q];
+                let tail = &vcore[flag.len() + q + inner.len()..];
+                out.push_str(pre);
+                out.push_str(head);
+                out.push_str(&ctx.mask("secret", inner));
+                out.push_str(tail);
+                out.push_str(vpost);
+                as_a_masked_secret!();
+                continue;
+            }
+        }
+        // A password's noun of Chinese, Japanese or Korean with its value glued after a colon or
+        // "is" (`登录：用户名 airflow，密码：Crimson…`, `密码是…`).
+        if !core.is_ascii()
+            && let Some(at) = cjk_glued_value(vcore)
+        {
+            let end = vcore[at..].find(|c: char| !c.is_ascii_graphic()).map_or(vcore.len(), |e| at + e);
+            out.push_str(pre);
+            out.push_str(&vcore[..at]);
+            out.push_str(&ctx.mask("secret", &vcore[at..end]));
+            out.push_str(&vcore[end..]);
+            out.push_str(vpost);
+            as_a_masked_secret!();
+            continue;
+        }
         // A label's `:` only on the line of a password's name ("senha do banco de homologação:
         // …"); elsewhere a colon starts any field (`protocol: TLSv1.3`, `X-Request-Id: …`).
         // Not once the sentence is about something of the secret's other than its value ("the
@@ -3545,7 +3848,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pw_window = 0;
         }
-        let next = (copula(core) && !about_other)
+        // Polish states a password with `to` ("Hasło do SFTP to …"); English's "to" does not.
+        let next = ((copula(core) || (pw_polish && core == "to")) && !about_other)
             || (pw_line && core.ends_with(':'))
             || (stated_next && matches!(core, ":" | "-"));
         let stated = std::mem::replace(&mut stated_next, next);
@@ -3652,6 +3956,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 codes = 0;
             }
         }
+        // A file of them by its name (`github-recovery-codes.txt:`).
+        let has = |n: &str| core.as_bytes().windows(n.len()).any(|w| w.eq_ignore_ascii_case(n.as_bytes()));
+        if core.len() >= 12
+            && ["recovery-codes", "recovery_codes", "backup-codes", "backup_codes"].iter().any(|n| has(n))
+        {
+            codes = 1;
+        }
         if before.eq_ignore_ascii_case("recovery") || before.eq_ignore_ascii_case("backup") {
             let c = core.trim_end_matches(':');
             if c.eq_ignore_ascii_case("codes") || c.eq_ignore_ascii_case("code") {
@@ -3678,7 +3989,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 + usize::from(core.bytes().any(|c| c.is_ascii_digit()));
             let one_case = groups().chain([core]).all(|g| !g.bytes().any(|c| c.is_ascii_uppercase()))
                 || groups().chain([core]).all(|g| !g.bytes().any(|c| c.is_ascii_lowercase()));
-            if more >= 3 && digits >= 2 && one_case {
+            // Or, after a label's colon, groups of capitals alone (`Clé 2FA : JLAM UARQ CQOG BMKH`).
+            // (One group at least with no vowel: capitals that are words, `OKAY DONE SENT`, have
+            // them all.)
+            let capitals = before.ends_with([':', '：'])
+                && groups().chain([core]).all(|g| g.bytes().all(|c| c.is_ascii_uppercase()))
+                && groups().chain([core]).any(|g| !g.bytes().any(|c| b"AEIOUY".contains(&c)));
+            if more >= 3 && (digits >= 2 || capitals) && one_case {
                 seed_run = more.min(16) as u8;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
@@ -3829,7 +4146,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         let command = std::mem::replace(
             &mut prev_word,
-            if matches!(core, "rabbitmqctl" | "htpasswd" | "net") { core } else { "" },
+            if matches!(core, "rabbitmqctl" | "htpasswd" | "net" | "cargo" | "snyk" | "wandb" | "ngrok") {
+                core
+            } else {
+                ""
+            },
         );
         match positional {
             Some(0) => {
@@ -3851,6 +4172,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if command == "net" && core.eq_ignore_ascii_case("user") {
             // `net user NAME PASSWORD /add` (Windows).
             positional = Some(1);
+        } else if matches!(
+            (command, core),
+            ("cargo", "login") | ("snyk", "auth") | ("wandb", "login") | ("ngrok", "authtoken")
+        ) {
+            // CLIs whose login takes the token as its argument (`cargo login <token>`, `snyk
+            // auth <token>`).
+            positional = Some(0);
         } else if command == "net" && core.eq_ignore_ascii_case("use") {
             net_use = true;
         } else if net_use && core.get(..6).is_some_and(|u| u.eq_ignore_ascii_case("/user:")) {
@@ -3940,17 +4268,33 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
                 || (core.starts_with("--") && core[2..].starts_with(|c: char| c.is_ascii_alphabetic()));
             let variable = std::mem::take(&mut key_quoted) && quote.is_none() && variable(&bare);
+            // A blockchain transaction's signature (base58 of 64 bytes, as Solana prints it) is
+            // published with the transaction.
+            let transaction = std::mem::take(&mut signature_key) && base58_signature(&bare);
+            // A wireless network's security type under its key's label (`Schlüssel: WPA2-PSK`).
+            let security = std::mem::take(&mut wireless_value)
+                && ["WPA", "WEP", "AES", "TKIP", "PSK", "SAE", "802.1X", "NONE"]
+                    .iter()
+                    .any(|t| bare.get(..t.len()).is_some_and(|h| h.eq_ignore_ascii_case(t)));
             let shape = secret_kind(&bare);
             // After `Bearer` the word is a token whatever names it resembles.
             let secret =
                 if kind == "bearer-token" { credential_like(&bare) } else { secret_value(&bare, weak) };
-            if !template && !variable && (shape.is_some() || secret) {
+            if !template && !variable && !transaction && !security && (shape.is_some() || secret) {
                 let masked = ctx.mask(shape.unwrap_or(kind), &bare);
                 for part in [pre, lead, open, masked.as_str(), rest] {
                     out.push_str(part);
                 }
                 bare_key = None;
                 continue;
+            }
+            // A stand-in given as the value (`db_password = <sensitive>`, `${DB_PASSWORD}`)
+            // closes the sentence about the secret, as the secret itself would: a later quoted
+            // word is not it.
+            let hidden = ["sensitive", "redacted", "hidden", "omitted", "filtered"];
+            if template || hidden.iter().any(|h| bare.eq_ignore_ascii_case(h)) {
+                pw_window = 0;
+                login_window = 0;
             }
         }
         // `Basic dXNlcjpwYXNz` anywhere (a HAR file, a proxy log): base64 of `user:password`.
@@ -4035,10 +4379,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if let Some(key) = core.strip_suffix(':').or_else(|| core.strip_suffix('='))
             && (is_secret_key(key)
                 || (ctx.jwk && jwk_private(key))
-                || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies)))
+                || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies))
+                || (wireless && wireless_key(key)))
         {
-            pending = Some(("secret", !is_password_key(key)));
+            wireless_value = wireless && wireless_key(key);
+            pending = Some(("secret", !is_password_key(key) && !wireless_value));
             header_scheme = named(key.trim_matches(['"', '\'']), &["authorization"]);
+            signature_key = named(key.trim_matches(['"', '\'']), &["signature", "sig"]);
             key_quoted = key.ends_with(['"', '\'']);
             out.push_str(raw);
             continue;
@@ -4161,7 +4508,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && (is_password_key(core)
                 || (core.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de"))
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
-        bare_key = (lone && is_secret_key(core)).then_some(!password);
+        bare_key = (lone
+            && (is_secret_key(core)
+                || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
+        .then_some(!password);
+        // `Schlüssel :` on a wireless network's line: its passphrase, whatever it looks like.
+        if lone && wireless && wireless_key(core) {
+            bare_key = Some(false);
+            wireless_value = true;
+        }
         if password {
             // `password Falcon%falcon2566&` (.netrc): a credential-looking next word; and a
             // sentence about a password names it within a few words.
@@ -4174,6 +4529,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             pw_window = if closed { 0 } else { 14 };
             about_other = false;
             pw_line = true;
+            pw_polish = ["hasł", "hasl", "Hasł", "Hasl", "HASŁ", "HASL"].iter().any(|h| core.starts_with(h));
         } else if matches!(l, b"secret" | b"passphrase") {
             // So for a sentence about another secret ("the VPN shared secret for the DR site
             // is …"); the noun itself, not a name that ends with it (`describe-secret`), nor
@@ -5124,6 +5480,275 @@ mod tests {
             "The BIP39 mnemonic library returns words based upon entropy length chosen while wallets derive private keys",
             // List words, glued as English is.
             "that they must include this license text you can also make sure that you have",
+        ]);
+    }
+
+    #[test]
+    fn stand_in_value_closes_the_password_sentence() {
+        leaves_each(&[
+            "db_password = <sensitive>\nprivate_subnet_ids = [\n  \"subnet-0e08b463f34dea6e0\",\n]",
+            "password: (sensitive)\nvpc = \"vpc-0384507a96643798e\"",
+        ]);
+        assert_eq!(
+            redact_secrets("the db password is \"Xk9-Lm2Q-77\""),
+            "the db password is \"[redacted:secret]\""
+        );
+    }
+
+    #[test]
+    fn flag_property_is_a_pair_not_a_password() {
+        let t = "passwordVariable: 'NEXUS_PASS')\nsh './gradlew publish -PnexusUser=$NEXUS_USER -PnexusPass=$NEXUS_PASS'";
+        assert_eq!(redact_secrets(t), t);
+    }
+
+    #[test]
+    fn vault_audit_hmac_is_not_a_secret() {
+        leaves_each(&[
+            r#"{"auth": {"client_token": "hmac-sha256:c73dd8cd4f9f3c9f78ad164147f1d8043ee9cb85977233b16551ce28e1149c7c"}, "response": {"data": {"password": "hmac-sha256:20a11818bdc3214a71468d7f7ee54b0a75d4ef296009dbe396d91e5695ebf071"}}}"#,
+        ]);
+        masks_each(&[(r#"{"client_token": "hvs.CAESIJk3Lm2Qx7Wq9Zp4Rt8Yv1Uo5"}"#, "CAESIJk3Lm2Q")]);
+    }
+
+    #[test]
+    fn aws_secret_key_shape_joined_by_a_slash_is_part_of_a_longer_string() {
+        leaves_each(&[
+            "<HostId>ryHVFOF0WPu6kWDd9aZneeK+QjpUTzw1d6m9Z4de/2u0pPxGnd9/49GUpHVnGL+ihunUWwUIsCYY</HostId>",
+        ]);
+        masks_each(&[("(\"Kq8sV2mXw9Lp4Rt7Yb3Nc6Hd1Jf5Gz0Ae8Ui2Wo7\")", "Kq8sV2mXw9Lp")]);
+    }
+
+    #[test]
+    fn mailgun_sid_is_a_tracking_id() {
+        leaves_each(&["X-Mailgun-Sid: Qx3I5SIo05UtSEuhQ+aRMZsGjmYSkYAK"]);
+        masks_each(&[("Cookie: sid=Qx3I5SIo05UtSEuhQaRMZsGjm", "Qx3I5SIo05Ut")]);
+    }
+
+    #[test]
+    fn sentry_browser_dsn_key_is_public() {
+        leaves_each(&[
+            "Sentry.init({ dsn: \"https://6884c1f7a19b8dc0fbe3a28aca377dc1@o44821.ingest.sentry.io/3766384\" })",
+        ]);
+        // Elsewhere (a server's environment, the Python SDK) it is still masked.
+        masks_each(&[(
+            "SENTRY_DSN=https://4021d781eadc026db70353f1de3a9a26@o1745483.ingest.sentry.io/2156177",
+            "4021d781eadc",
+        )]);
+    }
+
+    #[test]
+    fn transaction_signature_under_signature_is_public() {
+        leaves_each(&[
+            "Signature: RscfBcwtArTu6NMiM1wrZzu5sRGyeSEvcSYyN9TWyEbJcFaahvk6xdupW2PCyPoLXvxMcmYb8iwTeaDkk2onHZJ3",
+        ]);
+        masks_each(&[("signature: Xk9Lm2Qw7Rt8Yv1Uo5Pz", "Xk9Lm2Qw7Rt8")]);
+    }
+
+    #[test]
+    fn credential_calls_of_cosmos_ring_and_golang_jwt_take_their_key() {
+        masks_each(&[
+            (
+                "var c = new CosmosClient(\n  \"https://x.documents.azure.com:443/\",\n  \"aVnJg6/4N5NeTaou82DU9yBtr+te6c5DAUrKyurCj22JmLKJQkLynEMFQUtQMf64yUx3Pd7thMdAZfBQGlBsaQ==\");",
+                "aVnJg6/4N5Ne",
+            ),
+            (
+                "let key = hmac::Key::new(hmac::HMAC_SHA256, b\"026E0EUuJpFTfs9KBfy4bs1UkR0c+6LMMba277qTovQ=\");",
+                "026E0EUuJpFT",
+            ),
+            (
+                "signed, err := token.SignedString([]byte(\"JbBwwuJvPNmsxJakAhoci0Ee+qgj+XybO0hoDRP9\"))",
+                "JbBwwuJvPNms",
+            ),
+        ]);
+        leaves_each(&["let k = hmac::Key::new(hmac::HMAC_SHA256, &key_bytes);"]);
+    }
+
+    #[test]
+    fn access_token_name_pat_takes_a_token_value() {
+        masks_each(&[(
+            "AZURE_DEVOPS_EXT_PAT=onetdae53k5qyzphnvdupqeozjtk4rm2kfb7c56kol6nwwr2xvoh",
+            "onetdae53k5q",
+        )]);
+        leaves_each(&[
+            "IPV4_PAT = r\"(?:[0-9]{1,3}\\.){3}[0-9]{1,3}\"",
+            "longopt_pat = r'[a-zA-Z](?:[a-zA-Z0-9-]*)'",
+        ]);
+    }
+
+    #[test]
+    fn consul_acl_tokens_block_settings_are_tokens() {
+        let t = "acl {\n  tokens {\n    agent = \"74c45254-ea33-4b15-9417-438d9a74a51c\"\n  }\n  default_policy = \"deny-2024\"\n}";
+        assert_eq!(
+            redact_secrets(t),
+            "acl {\n  tokens {\n    agent = \"[redacted:secret]\"\n  }\n  default_policy = \"deny-2024\"\n}"
+        );
+    }
+
+    #[test]
+    fn crates_io_token_and_logins_that_take_a_token() {
+        masks_each(&[
+            ("token = ciodMhMvZ0Shi27M9LK3596OBcam4rgqWT5", "ciodMhMvZ0Sh"),
+            ("$ cargo login cio8YVJmwolkXYWLW07OA63t7yjiBXfX3KA", "cio8YVJmwolk"),
+            ("% snyk auth 5f7ad817-5ec7-41be-9015-5d5b34e8ac66", "5f7ad817-5ec7"),
+            ("wandb login 9f8e7d6c5b4a39281706f5e4d3c2b1a0c2b1a0f9", "9f8e7d6c5b4a"),
+        ]);
+        leaves_each(&["cargo login --registry my-reg", "run cargo login and then cargo publish"]);
+    }
+
+    #[test]
+    fn base58check_private_keys_by_their_checksum() {
+        masks_each(&[
+            ("5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ", "5HueCGU8rMjx"),
+            ("wif=KwdMAjGmerYanjeui5SHS7JkmpZvVipYvB2LJGU1ZxJwYvP98617", "KwdMAjGmerYa"),
+            (
+                "xprv9s21ZrQH143K3QTDL4LXw2F7HEK3wJUD2nW2nRk4stbPy6cq3jPPqjiChkVvvNKmPGJxWUtg6LnF5kejMRNNU3TGtRBeJgk33yuGBxrMPHi",
+                "xprv9s21ZrQH",
+            ),
+            // A command that prints one: its output line.
+            (
+                "$ bitcoin-cli dumpprivkey bc1qjfr7aku5lwsn9s5dg6xrq03kp0w695zhc2gcfc\nL4WqVRqJSYgeCkzarzYQ",
+                "L4WqVRqJSYge",
+            ),
+        ]);
+        // The same shape with a checksum that fails.
+        leaves_each(&["KwdMAjGmerYanjeui5SHS7JkmpZvVipYvB2LJGU1ZxJwYvP98618"]);
+        assert!(!base58check_private_key("KwdMAjGmerYanjeui5SHS7JkmpZvVipYvB2LJGU1ZxJwYvP98618"));
+    }
+
+    #[test]
+    fn solana_keypair_byte_array_is_a_key() {
+        let bytes: Vec<String> = (0..64u32).map(|i| ((i * 37 + 11) % 256).to_string()).collect();
+        let t = format!("% cat ~/.config/solana/id.json\n[{}]", bytes.join(","));
+        assert_eq!(redact_secrets(&t), "% cat ~/.config/solana/id.json\n[[redacted:secret]]");
+        leaves_each(&[&format!("[{}]", vec!["0"; 64].join(",")), &format!("[{}]", bytes[..32].join(","))]);
+    }
+
+    #[test]
+    fn pgbouncer_userlist_second_word_is_the_password() {
+        assert_eq!(
+            redact_secrets("% cat /etc/pgbouncer/userlist.txt\n\"svc_app\" \"Mango8571!\""),
+            "% cat /etc/pgbouncer/userlist.txt\n\"svc_app\" \"[redacted:secret]\""
+        );
+        leaves_each(&["\"svc_app\" \"Mango8571!\"", "# userlist.txt\n\"alice\" \"admin\""]);
+    }
+
+    #[test]
+    fn plus_led_password_is_no_diff_line() {
+        masks_each(&[("mongosh --username ro --password +Otter2016 --eval 1", "Otter2016")]);
+        leaves_each(&["+14155552671 called", "password changed in +Build2 (see diff)"]);
+    }
+
+    #[test]
+    fn key_material_name_material_takes_key_material() {
+        masks_each(&[
+            (
+                "loaded data key id=pii-v3 material=uHVMh2DInDmuZMzudmvG5qQl8MCXIlLm3bEIvyIjhK4=",
+                "uHVMh2DInDmu",
+            ),
+            (
+                "key id=pii-v6 material=a4b3c8e30175fe5f9c055be7f27df9d8bdaf954ec3994b0c9bdb16d14c985bb6",
+                "a4b3c8e30175",
+            ),
+        ]);
+        leaves_each(&["material=steel-304 finish=brushed"]);
+    }
+
+    #[test]
+    fn private_key_id_of_a_service_account_is_masked() {
+        masks_each(&[("\"private_key_id\": \"cf5d87015d3ce493170ffe20921e67876849ed6b\",", "cf5d87015d3c")]);
+    }
+
+    #[test]
+    fn google_chat_webhook_url_is_masked_whole() {
+        let t = "url: \"https://chat.googleapis.com/v1/spaces/AAAA9N7QYp7/messages?key=AIzaSyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsHI&token=Xk9Lm2Qw7Rt8Yv1Uo5Pz\"";
+        assert_eq!(redact_secrets(t), "url: \"[redacted:webhook]\"");
+    }
+
+    #[test]
+    fn honeycomb_team_header_is_an_api_key() {
+        masks_each(&[("OTEL_EXPORTER_OTLP_HEADERS=x-honeycomb-team=H1jYxUwc9N5X0uXwx0GsBR", "H1jYxUwc9N5X")]);
+        leaves_each(&["honeycomb_team: sre"]);
+    }
+
+    #[test]
+    fn cjk_password_noun_glued_to_its_value() {
+        assert_eq!(
+            redact_secrets("登录：用户名 airflow，密码：Crimson_Zinc_Pepper_Forest_Violet"),
+            "登录：用户名 airflow，密码：[redacted:secret]"
+        );
+        assert_eq!(redact_secrets("密码：Abc123!x，请尽快修改"), "密码：[redacted:secret]，请尽快修改");
+        leaves_each(&["密码：请联系管理员获取", "密码是一个很长的句子"]);
+    }
+
+    #[test]
+    fn korean_short_password_noun_bibeon() {
+        masks_each(&[("접속 정보: 아이디 reporting / 비번 Plum=83 |", "Plum=83")]);
+    }
+
+    #[test]
+    fn polish_to_states_a_password() {
+        masks_each(&[(
+            "<diego> Hasło do SFTP to 8o=Nvo?Hy3%Fg@*X!&aV, zmienimy po incydencie.",
+            "8o=Nvo?Hy3%F",
+        )]);
+        // English "to" states nothing.
+        leaves_each(&["reset the password to the vault at prod-db-02 tomorrow"]);
+    }
+
+    #[test]
+    fn putty_private_lines_are_the_key() {
+        let t = "PuTTY-User-Key-File-3: ssh-ed25519\nPublic-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIuW6qNW6PmW0QB4UqfESurea2AOIfwXJIk/PQZ77PD9y\nPrivate-Lines: 1\nd2GcnjztpbEJSbVpmAoEwSkISqllYTDSpntOEnWZbS3CUsVA5CPu/nygjzk2c9aV\nPrivate-MAC: db8102ba";
+        let out = redact_secrets(t);
+        assert!(
+            out.contains("Private-Lines: 1\n[redacted:secret]\n") && out.contains("AAAAC3NzaC1l"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn windows_slash_password_flags() {
+        masks_each(&[
+            (
+                "xfreerdp /v:10.36.25.34 /u:Administrator /p:'falcon_sunset_poppy91' /cert:ignore",
+                "falcon_sunset",
+            ),
+            ("cmdkey /generic:TERMSRV/host /user:ops /pass:Tr0ub4dor&3x", "Tr0ub4dor&3x"),
+        ]);
+        // MSBuild's `/p:` sets a property.
+        leaves_each(&["msbuild app.sln /p:Configuration=Release2 /p:Platform=x64"]);
+    }
+
+    #[test]
+    fn recovery_codes_file_name_starts_a_list_of_codes() {
+        masks_each(&[("github-recovery-codes.txt:\n79bd7-b6dbf\na77f9-7b963", "a77f9-7b963")]);
+    }
+
+    #[test]
+    fn setter_with_go_exported_name_and_square_token_shape() {
+        masks_each(&[
+            ("square.WithAccessToken(\"EAAxRU7L4sXsgNSnGb8wBsVZ5sO8KCdm\"),", "EAAxRU7L4sXs"),
+            (
+                "SQUARE_TOKEN_X EAAARU7L4-sXsgNSnGb8wBsVZ5sO8KCdmIjQvsmv8-nk_ptX8Q-bQvhKMyEEJaI2",
+                "EAAARU7L4-sX",
+            ),
+        ]);
+        leaves_each(&["square.WithEnvironment(\"production2\")"]);
+    }
+
+    #[test]
+    fn totp_capital_groups_after_a_colon() {
+        masks_each(&[("Clé 2FA du compte root : JLAM UARQ CQOG BMKH", "BMKH")]);
+        leaves_each(&["2FA status: OKAY DONE SENT WAIT"]);
+    }
+
+    #[test]
+    fn wireless_key_label_in_other_languages() {
+        masks_each(&[
+            ("Das WLAN im Rechenzentrum heißt DC-Ops, Schlüssel: SilverLantern93-", "SilverLantern93-"),
+            ("Wi-Fi guest network: SSID acme-guest, clé : Orchid-Lamp-2291", "Orchid-Lamp-2291"),
+        ]);
+        leaves_each(&[
+            "Das WLAN heißt DC-Ops, Schlüssel: WPA2-PSK",
+            "Schlüssel: SilverLantern93 für das Tor",
         ]);
     }
 }
