@@ -3806,7 +3806,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let v = &vcore[flag.len()..];
             let q = v.len() - v.trim_start_matches(['"', '\'']).len();
             let inner = v[q..].trim_end_matches(['"', '\'']);
-            if secret_value(inner, false) {
+            // MSBuild's `/p:Configuration=Release` on a line that also names FreeRDP: a
+            // property, not a password.
+            let property = flag == "/p:"
+                && inner.split_once('=').is_some_and(|(name, _)| {
+                    name.starts_with(|c: char| c.is_ascii_alphabetic())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                });
+            if !property && secret_value(inner, false) {
                 let head = &vcore[..flag.len() + q];
                 let tail = &vcore[flag.len() + q + inner.len()..];
                 out.push_str(pre);
@@ -5714,7 +5721,12 @@ mod tests {
             ("cmdkey /generic:TERMSRV/host /user:ops /pass:Tr0ub4dor&3x", "Tr0ub4dor&3x"),
         ]);
         // MSBuild's `/p:` sets a property.
-        leaves_each(&["msbuild app.sln /p:Configuration=Release2 /p:Platform=x64"]);
+        leaves_each(&[
+            "msbuild app.sln /p:Configuration=Release2 /p:Platform=x64",
+            // On a line that names FreeRDP too.
+            "The freerdp client crashed; the build then ran msbuild /p:Configuration=Release /p:Platform=x64.",
+            "freerdp logs: msbuild App.sln /p:DeployOnBuild=true /p:PublishProfile=Prod",
+        ]);
     }
 
     #[test]
