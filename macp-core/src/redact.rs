@@ -1289,12 +1289,48 @@ fn cased_word_number(w: &str) -> bool {
 /// (`WLAN-Schlüssel`, `Netzwerkschlüssel`, `clé WPA`, `clave`): the word or a compound ending
 /// with it.
 fn wireless_key(k: &str) -> bool {
-    let k = k.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase();
-    k.ends_with("schlüssel")
-        || k.ends_with("schluessel")
-        || ["key", "clé", "cle", "clave", "chiave", "sleutel", "nøgle", "nyckel", "avain", "klucz"]
-            .iter()
-            .any(|n| k == *n || k.strip_suffix(n).is_some_and(|h| h.ends_with(['-', '_'])))
+    let k = k.trim_matches(|c: char| !c.is_alphanumeric());
+    // Asked of every label: most are ruled out by their last letter, before any lower-casing.
+    if !k.ends_with(['y', 'Y', 'l', 'L', 'é', 'É', 'e', 'E', 'z', 'Z', 'n', 'N']) {
+        return false;
+    }
+    let ends = |n: &str| {
+        let cut = k.len().wrapping_sub(n.len());
+        k.len() >= n.len()
+            && k.is_char_boundary(cut)
+            && (if n.is_ascii() {
+                k[cut..].eq_ignore_ascii_case(n)
+            } else {
+                !k.is_ascii() && k[cut..].to_lowercase() == n
+            })
+            && (cut == 0 || n.starts_with("schl") || k[..cut].ends_with(['-', '_']))
+    };
+    [
+        "key",
+        "schlüssel",
+        "schluessel",
+        "clé",
+        "cle",
+        "clave",
+        "chiave",
+        "sleutel",
+        "nøgle",
+        "nyckel",
+        "avain",
+        "klucz",
+    ]
+    .iter()
+    .any(|n| ends(n))
+}
+
+/// The line around the end of `out` and the start of `rest` (a few hundred bytes each way)
+/// names a wireless network (`WLAN`, `Wi-Fi`, `WPA`, `SSID`): its key's label is the
+/// passphrase's (`Schlüssel:`, `clé :`).
+fn wireless_line(out: &str, rest: &str) -> bool {
+    let ahead = line_ahead(rest, 256).as_bytes();
+    ["wlan", "wifi", "wi-fi", "wpa", "ssid"].iter().any(|t| {
+        line_so_far_has(out, t) || ahead.windows(t.len()).any(|w| w.eq_ignore_ascii_case(t.as_bytes()))
+    })
 }
 
 /// A personal access token's variable (`GITHUB_PAT`, `AZURE_DEVOPS_EXT_PAT`), as environment
@@ -2806,6 +2842,21 @@ const fn bip39_rows(b: &[u8]) -> [[u8; 8]; 2048] {
     rows
 }
 
+/// Where the words of each first letter start in [`BIP39`] (`a` to `z`, then the end).
+const BIP39_LETTERS: [u16; 27] = {
+    let mut at = [0u16; 27];
+    let (mut i, mut letter) = (0usize, 0usize);
+    while letter < 26 {
+        while i < BIP39.len() && BIP39[i][0] < b'a' + letter as u8 {
+            i += 1;
+        }
+        at[letter] = i as u16;
+        letter += 1;
+    }
+    at[26] = BIP39.len() as u16;
+    at
+};
+
 /// One of BIP-0039's 2048 English words, as written (lower case).
 fn bip39_word(w: &str) -> bool {
     let b = w.as_bytes();
@@ -2814,7 +2865,9 @@ fn bip39_word(w: &str) -> bool {
     }
     let mut row = [0u8; 8];
     row[..b.len()].copy_from_slice(b);
-    BIP39.binary_search(&row).is_ok()
+    let first = usize::from(b[0] - b'a');
+    let (from, to) = (usize::from(BIP39_LETTERS[first]), usize::from(BIP39_LETTERS[first + 1]));
+    BIP39[from..to].binary_search(&row).is_ok()
 }
 
 /// Words of the list that prose is glued with ("that they must include this …"): a random
@@ -3472,9 +3525,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut ppk_lines = 0u8;
     // A FreeRDP command on this line (`xfreerdp /u:… /p:…`).
     let mut freerdp = false;
-    // This line is about a wireless network (`WLAN`, `Wi-Fi`, `SSID`): its `key:` is the
-    // passphrase (`Schlüssel:`, `clé :`).
-    let mut wireless = false;
     // The pending value is under a wireless key's label.
     let mut wireless_value = false;
     // This line is a PgBouncer `auth_file` entry (`"user" "password"`) in a text about one.
@@ -3563,9 +3613,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
             }
-            let has =
-                |t: &str| line.as_bytes().windows(t.len()).any(|w| w.eq_ignore_ascii_case(t.as_bytes()));
-            wireless = ["wlan", "wifi", "wi-fi", "wpa", "ssid"].iter().any(|t| has(t));
             // `"user" "password"`, the whole line.
             userlist_line = ctx.userlist && {
                 let mut w = line.split_whitespace();
@@ -3796,12 +3843,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             ppk_count = true;
         }
         // A Windows-style password flag: FreeRDP's `/p:…`, cmdkey's `/pass:…`, `/password:…`.
-        if core.contains("freerdp") {
+        // (`xfreerdp`, `wlfreerdp`, `sdl-freerdp`, FreeRDP 3's `xfreerdp3`.)
+        if core.ends_with("freerdp") || core.ends_with("freerdp3") {
             freerdp = true;
         }
         let slash_flag = |f: &str| core.get(..f.len()).is_some_and(|h| h.eq_ignore_ascii_case(f));
-        if let Some(flag) =
-            ["/pass:", "/password:"].into_iter().chain(freerdp.then_some("/p:")).find(|f| slash_flag(f))
+        if core.starts_with('/')
+            && let Some(flag) =
+                ["/pass:", "/password:"].into_iter().chain(freerdp.then_some("/p:")).find(|f| slash_flag(f))
         {
             let v = &vcore[flag.len()..];
             let q = v.len() - v.trim_start_matches(['"', '\'']).len();
@@ -3966,6 +4015,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // A file of them by its name (`github-recovery-codes.txt:`).
         let has = |n: &str| core.as_bytes().windows(n.len()).any(|w| w.eq_ignore_ascii_case(n.as_bytes()));
         if core.len() >= 12
+            && has("codes")
             && ["recovery-codes", "recovery_codes", "backup-codes", "backup_codes"].iter().any(|n| has(n))
         {
             codes = 1;
@@ -4387,9 +4437,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && (is_secret_key(key)
                 || (ctx.jwk && jwk_private(key))
                 || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies))
-                || (wireless && wireless_key(key)))
+                || (wireless_key(key) && wireless_line(&out, rest)))
         {
-            wireless_value = wireless && wireless_key(key);
+            wireless_value = wireless_key(key) && wireless_line(&out, rest);
             pending = Some(("secret", !is_password_key(key) && !wireless_value));
             header_scheme = named(key.trim_matches(['"', '\'']), &["authorization"]);
             signature_key = named(key.trim_matches(['"', '\'']), &["signature", "sig"]);
@@ -4520,7 +4570,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
         .then_some(!password);
         // `Schlüssel :` on a wireless network's line: its passphrase, whatever it looks like.
-        if lone && wireless && wireless_key(core) {
+        if lone
+            && rest.trim_start_matches([' ', '\t']).starts_with([':', '：'])
+            && wireless_key(core)
+            && wireless_line(&out, rest)
+        {
             bare_key = Some(false);
             wireless_value = true;
         }
