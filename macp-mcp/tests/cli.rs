@@ -244,6 +244,21 @@ fn a_context_budget_that_cannot_hold_a_room_is_refused() {
 }
 
 /// The bundle's record and bytes, without when and where it was written.
+/// `macp import -` into `dir`, given `input` on standard input.
+fn import_from_stdin(dir: &std::path::Path, input: &[u8]) -> std::process::Output {
+    let mut import = macp()
+        .args(["import", "-", "--data-dir"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It may stop reading at the first thing it cannot parse: a broken pipe here is fine.
+    let _ = std::io::Write::write_all(&mut import.stdin.take().unwrap(), input);
+    import.wait_with_output().unwrap()
+}
+
 fn bundle_body(path: &std::path::Path) -> serde_json::Value {
     body_of(&std::fs::read(path).unwrap())
 }
@@ -320,16 +335,7 @@ fn export_then_import_moves_a_room_between_data_directories() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(body_of(&out.stdout), bundle_body(&first), "an export to standard output differs");
     let third = tempfile::tempdir().unwrap();
-    let mut import = macp()
-        .args(["import", "-", "--data-dir"])
-        .arg(third.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &out.stdout).unwrap();
-    let done = import.wait_with_output().unwrap();
+    let done = import_from_stdin(third.path(), &out.stdout);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     assert!(String::from_utf8_lossy(&done.stdout).contains("1 artifact objects"));
 
@@ -365,17 +371,7 @@ fn export_then_import_moves_a_room_between_data_directories() {
         (format!(r#"{{{record},"format":"macp-room-bundle","version":9}}"#), "import it from a file"),
         (r#"{"hello": "world"}"#.to_owned(), "is not a MACP room bundle"),
     ] {
-        let mut import = macp()
-            .args(["import", "-", "--data-dir"])
-            .arg(fresh.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // It may stop reading at the first thing it cannot parse: a broken pipe here is fine.
-        let _ = std::io::Write::write_all(&mut import.stdin.take().unwrap(), input.as_bytes());
-        let done = import.wait_with_output().unwrap();
+        let done = import_from_stdin(fresh.path(), input.as_bytes());
         assert!(!done.status.success());
         let err = String::from_utf8_lossy(&done.stderr);
         assert!(err.contains(says) && err.contains("standard input"), "{err}");
