@@ -793,20 +793,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             // It indexes the findings, as a server would: one process per local data directory.
             let _lock = lock_data(&cfg)?;
             // Read as it is parsed, rather than held whole beside the bundle.
-            let parsed = if bundle.as_os_str() == "-" {
-                parse_bundle(
-                    std::io::stdin().lock(),
-                    None::<fn() -> std::io::Result<std::io::Empty>>,
-                    "standard input",
-                )?
-            } else {
-                let open = || std::fs::File::open(&bundle);
-                parse_bundle(
-                    open().map_err(|e| format!("cannot read {}: {e}", bundle.display()))?,
-                    Some(open),
-                    &bundle.display().to_string(),
-                )?
-            };
+            let parsed = parse_bundle(Some(bundle.as_path()).filter(|p| p.as_os_str() != "-"))?;
             let macp = open(&cfg, Use::Records { index: true }).await?.macp;
             let r = macp.import_room(parsed, retention_days).await.map_err(|e| e.to_string())?;
             println!(
@@ -840,19 +827,25 @@ async fn run(cli: Cli) -> Result<(), String> {
     }
 }
 
-/// A bundle read from `name` as it is parsed. The format and version are the core's to check
-/// (`import_room`); when the input does not parse as a bundle, its head is read again for them,
-/// so that a bundle of a newer version says so rather than fail on a field this build does not
-/// know: the whole file from `reopen`, or, from an input that cannot be read twice (standard
-/// input), the first [`HEAD_BYTES`] kept as they were read.
-fn parse_bundle<R: std::io::Read, S: std::io::Read>(
-    input: R,
-    reopen: Option<impl FnOnce() -> std::io::Result<S>>,
-    name: &str,
-) -> Result<macp_core::service::RoomBundle, String> {
+/// A bundle read from `file` (standard input when `None`) as it is parsed. The format and
+/// version are the core's to check (`import_room`); when the input does not parse as a bundle,
+/// its head is read again for them, so that a bundle of a newer version says so rather than fail
+/// on a field this build does not know: the whole file, opened again, or, from standard input,
+/// which cannot be read twice, the first [`HEAD_BYTES`] kept as they were read.
+fn parse_bundle(file: Option<&std::path::Path>) -> Result<macp_core::service::RoomBundle, String> {
+    let name = file.map_or_else(|| "standard input".to_owned(), |p| p.display().to_string());
     let not = |e: &dyn std::fmt::Display| format!("{name} is not a MACP room bundle: {e}");
     let unread = |e: &dyn std::fmt::Display| format!("cannot read {name}: {e}");
-    let mut input = KeepHead { inner: std::io::BufReader::with_capacity(1 << 16, input), head: Vec::new() };
+    let open = |path: &std::path::Path| {
+        std::fs::File::open(path)
+            .map(|f| std::io::BufReader::with_capacity(1 << 16, f))
+            .map_err(|e| unread(&e))
+    };
+    let input: Box<dyn std::io::Read> = match file {
+        Some(path) => Box::new(open(path)?),
+        None => Box::new(std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock())),
+    };
+    let mut input = KeepHead { inner: input, head: Vec::new() };
     let first = match serde_json::from_reader(&mut input) {
         Ok(bundle) => return Ok(bundle),
         Err(e) if e.classify() == serde_json::error::Category::Io => return Err(unread(&e)),
@@ -860,10 +853,8 @@ fn parse_bundle<R: std::io::Read, S: std::io::Read>(
         // base64: a few hundred characters say where and what.
         Err(e) => shortened(&e.to_string(), 300),
     };
-    let (format, version) = match reopen {
-        Some(open) => {
-            bundle_head(std::io::BufReader::with_capacity(1 << 16, open().map_err(|e| unread(&e))?))
-        }
+    let (format, version) = match file {
+        Some(path) => bundle_head(open(path)?),
         None => {
             let head = bundle_head(input.head.as_slice());
             if head.0.is_none() && input.head.len() == HEAD_BYTES {
