@@ -18,7 +18,8 @@ use macp_core::blob::{UrlEndpoint, UrlRefusal};
 use crate::auth::{self, Verifier};
 use crate::server::MacpMcp;
 
-/// Binds `addr` for serving with [`axum::serve()`], with `TCP_NODELAY` on every accepted socket.
+/// Binds `addr` for serving with [`crate::serve::serve`] (or [`axum::serve()`]), with
+/// `TCP_NODELAY` on every accepted socket.
 ///
 /// Why: rmcp writes a response in several pieces (headers with the SSE priming event, then the
 /// message, then the end of the stream). With Nagle's algorithm on, the second piece waits for
@@ -26,19 +27,48 @@ use crate::server::MacpMcp;
 /// by up to 40 ms: every call then takes ~44 ms, while a fresh connection (curl) looks fine.
 /// Every listener the server opens goes through here.
 pub async fn bind(addr: std::net::SocketAddr) -> std::io::Result<Listener> {
-    Ok(listener(tokio::net::TcpListener::bind(addr).await?))
+    Ok(Listener(tokio::net::TcpListener::bind(addr).await?))
 }
 
-/// A bound listener whose accepted sockets have `TCP_NODELAY` set (see [`bind`]).
-pub type Listener = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
+/// A bound listener whose accepted sockets get `TCP_NODELAY` (see [`bind`]).
+#[derive(Debug)]
+pub struct Listener(tokio::net::TcpListener);
 
-/// Wraps an already bound listener so that its accepted sockets get `TCP_NODELAY` (see [`bind`]).
-pub fn listener(l: tokio::net::TcpListener) -> Listener {
-    use axum::serve::ListenerExt;
-    l.tap_io(set_nodelay as fn(&mut tokio::net::TcpStream))
+impl Listener {
+    /// Wraps an already bound listener (see [`bind`]).
+    pub fn new(l: tokio::net::TcpListener) -> Self {
+        Self(l)
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+
+    /// The listener itself; sockets accepted from it need [`set_nodelay`].
+    pub(crate) fn into_inner(self) -> tokio::net::TcpListener {
+        self.0
+    }
 }
 
-fn set_nodelay(s: &mut tokio::net::TcpStream) {
+impl axum::serve::Listener for Listener {
+    type Io = tokio::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+
+    /// Waits out errors as axum's own listener does (a second after running out of file
+    /// descriptors).
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (io, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        set_nodelay(&io);
+        (io, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
+
+pub(crate) fn set_nodelay(s: &tokio::net::TcpStream) {
     if let Err(e) = s.set_nodelay(true) {
         tracing::warn!(error = %e, "cannot set TCP_NODELAY on an accepted connection");
     }
@@ -224,10 +254,10 @@ pub fn requests_in_flight() -> usize {
 }
 
 /// Counts one request in [`IN_FLIGHT`] for as long as it lives (a cancelled one too).
-struct InFlight;
+pub(crate) struct InFlight;
 
 impl InFlight {
-    fn enter() -> Self {
+    pub(crate) fn enter() -> Self {
         IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Self
     }

@@ -46,6 +46,7 @@ pub mod hook;
 pub mod http;
 pub mod push;
 pub mod remote;
+pub mod serve;
 pub mod server;
 pub mod sessions;
 pub mod signin;

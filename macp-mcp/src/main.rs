@@ -1038,7 +1038,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     }
     let listener =
         macp_mcp::http::bind(cfg.bind).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.bind))?;
-    let addr = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let public =
         cfg.public_url.clone().unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_owned();
     let url = format!("http://{addr}/mcp");
@@ -1085,7 +1085,8 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
             "auth is on: every request needs a bearer token from the issuer"
         ),
     }
-    // On SIGTERM / Ctrl-C (a rolling replacement): stop accepting, let the requests in flight
+    // On SIGTERM / Ctrl-C (a rolling replacement): stop accepting (after the connections already
+    // queued, see macp_mcp::serve), let the requests in flight
     // finish and answer, then cancel MCP sessions (which ends their SSE streams, so their
     // connections close), and give up waiting after GRACE. Cancelling first would abort the
     // calls in flight: their clients would see a 500 for a write that may have been applied.
@@ -1094,9 +1095,12 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
     let shutdown = async move {
         signals.requested().await;
         tracing::info!(requests_in_flight = macp_mcp::http::requests_in_flight(), "shutting down");
+    };
+    // Called once the listener is closed, with every connection it accepted counted in flight.
+    let closed = move || {
         let _ = stopping_tx.send(());
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let server = macp_mcp::serve::serve(listener, app, shutdown, closed);
     let deadline = async {
         if stopping_rx.await.is_ok() {
             let until = tokio::time::Instant::now() + GRACE;
@@ -1111,7 +1115,7 @@ async fn serve_cmd(common: &CommonArgs, serve: &ServeArgs) -> Result<(), String>
         }
     };
     tokio::select! {
-        r = server => r.map_err(|e| e.to_string())?,
+        () = server => {}
         () = deadline => tracing::warn!(grace_secs = GRACE.as_secs(), "connections still open after the grace period; exiting"),
     }
     drop(reconciler);

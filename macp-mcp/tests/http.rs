@@ -25,8 +25,8 @@ async fn serve() -> (String, CancellationToken) {
 /// Serves `app` on a free loopback port the way `macp serve` does; the base URL.
 async fn spawn(app: axum::Router) -> String {
     let listener = macp_mcp::http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let base = format!("http://{}", axum::serve::Listener::local_addr(&listener).unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(macp_mcp::serve::serve(listener, app, std::future::pending(), || {}));
     base
 }
 
