@@ -829,10 +829,19 @@ const CJK_PASSWORDS: &[&str] = &[
 fn is_password_key(key: &str) -> bool {
     // Letters of any script: `пароль:` is a key.
     let key = key.trim_matches(|c: char| !c.is_alphanumeric());
-    named(
-        key,
-        &["password", "passwd", "pwd", "pass", "pw", "passphrase", "passcode", "requirepass", "masterauth"],
-    ) || named(key, PASSWORDS)
+    const ENGLISH: Names<9> = Names::new(&[
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "pw",
+        "passphrase",
+        "passcode",
+        "requirepass",
+        "masterauth",
+    ]);
+    ENGLISH.named(key)
+        || PASSWORD_NAMES.named(key)
         || (!key.is_ascii() && cjk_password(key))
         || inflected_password(key)
 }
@@ -873,12 +882,94 @@ fn inflected_password(w: &str) -> bool {
     })
 }
 
+/// A list of names for [`named`], grouped by each name's last byte, so that a word is compared
+/// only with the names that end as it does (lower-cased), and not even with those when none has
+/// the word's second-last letter: [`named`] runs for every word against lists of dozens of
+/// names, and most words end as few of them do. Built at compile time.
+struct Names<const N: usize> {
+    /// The names, ordered by their last byte.
+    by_end: [&'static str; N],
+    /// Where the names ending in byte `b` start in `by_end` (`at[b]..at[b + 1]`).
+    at: [u16; 257],
+    /// For the names ending in byte `b`: the bytes before it (lower-cased), as a set of 256 bits;
+    /// all of them when one of those names is a single byte or has a `_` or `-` at either place
+    /// (the walk in [`suffix_at`] skips separators).
+    before: [[u64; 4]; 256],
+}
+
+impl<const N: usize> Names<N> {
+    const fn new(names: &[&'static str]) -> Self {
+        const fn last(n: &str) -> usize {
+            match n.as_bytes().last() {
+                Some(b) => *b as usize,
+                None => panic!("an empty name"),
+            }
+        }
+        assert!(names.len() == N && N < u16::MAX as usize);
+        // Counted, then placed in that order (stable: the list's order within a byte).
+        let mut at = [0u16; 257];
+        let mut before = [[0u64; 4]; 256];
+        let mut i = 0;
+        while i < N {
+            let n = names[i].as_bytes();
+            let b = last(names[i]);
+            at[b + 1] += 1;
+            if n.len() < 2 || matches!(n[n.len() - 1], b'_' | b'-') || matches!(n[n.len() - 2], b'_' | b'-') {
+                before[b] = [u64::MAX; 4];
+            } else {
+                let c = n[n.len() - 2].to_ascii_lowercase() as usize;
+                before[b][c / 64] |= 1 << (c % 64);
+            }
+            i += 1;
+        }
+        let mut b = 0;
+        while b < 256 {
+            at[b + 1] += at[b];
+            b += 1;
+        }
+        let mut next = at;
+        let mut by_end = [""; N];
+        let mut i = 0;
+        while i < N {
+            let b = last(names[i]);
+            by_end[next[b] as usize] = names[i];
+            next[b] += 1;
+            i += 1;
+        }
+        Names { by_end, at, before }
+    }
+
+    /// [`named`] against these names.
+    fn named(&self, key: &str) -> bool {
+        let k = key.as_bytes();
+        let Some(b) = k.last().map(|b| b.to_ascii_lowercase() as usize) else {
+            return false;
+        };
+        // No name ending in `b` has the key's second-last letter there ([`named`]'s second
+        // step, when the key has no separator to skip).
+        if let [.., c, _] = k
+            && !matches!(c, b'_' | b'-')
+        {
+            let c = c.to_ascii_lowercase() as usize;
+            if self.before[b][c / 64] & (1 << (c % 64)) == 0 {
+                return false;
+            }
+        }
+        named(key, &self.by_end[self.at[b] as usize..self.at[b + 1] as usize])
+    }
+}
+
+const SECRET_KEY_NAMES: Names<{ SECRET_KEYS.len() }> = Names::new(SECRET_KEYS);
+const PASSWORD_NAMES: Names<{ PASSWORDS.len() }> = Names::new(PASSWORDS);
+const NOT_SECRET_TOKEN_NAMES: Names<{ NOT_SECRET_TOKENS.len() }> = Names::new(NOT_SECRET_TOKENS);
+
 /// `key` (any case; a name of two words also without or with another separator: `secret_key`
 /// is also `secretKey` and `SECRET-KEY`) is one of `names`, or ends with one after a boundary: `_`, `-` or `.`, a quote
 /// or bracket (`config['SECRET_KEY']`), a sigil (`$password`, `@password`, `:password`), a
 /// camel-case hump (`adminPassword`), or anywhere in an upper-case environment name
 /// (`PGPASSWORD`). Allocates nothing: it runs for every word of every text.
 fn named(key: &str, names: &[&str]) -> bool {
+    let sep = |b: u8| b == b'_' || b == b'-';
     let k = key.as_bytes();
     let Some(last) = k.last().map(u8::to_ascii_lowercase) else {
         return false;
@@ -887,6 +978,16 @@ fn named(key: &str, names: &[&str]) -> bool {
     names.iter().any(|n| {
         // Most words end otherwise: ruled out before the walk.
         if n.as_bytes().last() != Some(&last) {
+            return false;
+        }
+        // And most that end alike differ in the letter before (the walk's second step, where
+        // neither has a separator to skip).
+        if let ([.., a, _], [.., b, z]) = (k, n.as_bytes())
+            && !sep(*a)
+            && !sep(*b)
+            && !sep(*z)
+            && !a.eq_ignore_ascii_case(b)
+        {
             return false;
         }
         let Some(at) = suffix_at(k, n.as_bytes()) else {
@@ -905,10 +1006,10 @@ fn named(key: &str, names: &[&str]) -> bool {
 /// cookie) is not `session_id` (a log's field).
 fn suffix_at(k: &[u8], n: &[u8]) -> Option<usize> {
     let sep = |b: u8| b == b'_' || b == b'-';
-    let words = n.iter().any(|b| sep(*b));
-    if !words && k.len() < n.len() {
-        return None;
-    }
+    // Whether `name` is of two words, looked at only when the key has a separator where the
+    // walk is: this runs for every word against every name that ends as it does, and most part
+    // at their second-last letter. (A key shorter than a name of one word runs out first.)
+    let words = || n.iter().any(|b| sep(*b));
     let (mut i, mut j) = (k.len(), n.len());
     loop {
         while j > 0 && sep(n[j - 1]) {
@@ -917,7 +1018,7 @@ fn suffix_at(k: &[u8], n: &[u8]) -> Option<usize> {
         if j == 0 {
             return Some(i);
         }
-        while words && i > 0 && i < k.len() && sep(k[i - 1]) {
+        while i > 0 && i < k.len() && sep(k[i - 1]) && words() {
             i -= 1;
         }
         if i == 0 || !k[i - 1].eq_ignore_ascii_case(&n[j - 1]) {
@@ -947,11 +1048,11 @@ fn is_secret_key(key: &str) -> bool {
     };
     // SECRET_KEYS holds the English names of passwords; other languages' are looked for after.
     !k.is_empty()
-        && (named(k, SECRET_KEYS)
-            || named(k, PASSWORDS)
+        && (SECRET_KEY_NAMES.named(k)
+            || PASSWORD_NAMES.named(k)
             || (!k.is_ascii() && cjk_password(k))
             || leading_password_name(k))
-        && !named(k, NOT_SECRET_TOKENS)
+        && !NOT_SECRET_TOKEN_NAMES.named(k)
 }
 
 /// A variable named for a password with what it is for after it, as Spanish, Portuguese,
@@ -1483,6 +1584,11 @@ fn secret_kind(word: &str) -> Option<&'static str> {
 
 /// [`secret_kind`] before ruling out stand-ins.
 fn shape(word: &str) -> Option<&'static str> {
+    // Every shape below is ten bytes or longer (a JWT's `eyJ` header, a dot, four bytes, a dot
+    // and one, at the least); most words are shorter.
+    if word.len() < 10 {
+        return None;
+    }
     let upper_alnum = |s: &str| s.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
     let token_chars = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     let aws_prefix = ["AKIA", "ASIA", "AIDA", "AROA", "ABIA", "ACCA"];
@@ -1548,7 +1654,8 @@ fn shape(word: &str) -> Option<&'static str> {
         return Some("api-key");
     }
     // A Telegram bot token: `bot<id>:<35 characters>` (in its API URLs) or bare.
-    if let Some((id, tok)) = word.trim_start_matches("bot").split_once(':')
+    if word.len() >= 44
+        && let Some((id, tok)) = word.trim_start_matches("bot").split_once(':')
         && id.len() >= 8
         && id.chars().all(|c| c.is_ascii_digit())
         && tok.len() == 35
@@ -1917,7 +2024,7 @@ fn key_material_name(key: &str) -> bool {
     named(k, &["key", "encrypt", "material"])
         && !k.bytes().any(|b| b == b' ')
         && !named(k, &["public_key", "pub_key", "host_key"])
-        && !named(k, NOT_SECRET_TOKENS)
+        && !NOT_SECRET_TOKEN_NAMES.named(k)
 }
 
 /// Random bytes written out as a key is: base64 of sixteen bytes or more (padded, or long),
@@ -2098,6 +2205,13 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
 }
 
 fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
+    // Most words are short and plain (`deploy`, `p99`, `2.5%`, `orders-db`): no rule below takes
+    // one (every shape is ten bytes or more, every other rule needs a `$`, `[`, `:`, `=`, `(`,
+    // `/`, a quote or a separator), so it is as written, without the walk through them all.
+    if w.len() < 10 && w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'%'))
+    {
+        return w.to_owned();
+    }
     if crypt_hash(w) || byte_array_key(w) {
         return ctx.mask("secret", w);
     }
@@ -2118,8 +2232,9 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     if let Some(kind) = encoded_secret(w, ctx) {
         return ctx.mask(kind, w);
     }
-    // `scheme://user:password@host…`: the password; `scheme://token@host`: the token.
-    if let Some(i) = w.find("://") {
+    // `scheme://user:password@host…`: the password; `scheme://token@host`: the token. (A
+    // colon looked for first: most words have none, and it is cheaper to find.)
+    if let Some(i) = w.contains(':').then(|| w.find("://")).flatten() {
         let rest = &w[i + 3..];
         let path = rest.find('/').unwrap_or(rest.len());
         if let Some(at) = rest[..path].rfind('@') {
@@ -2591,11 +2706,15 @@ fn pgpass(body: &str, ctx: &mut Ctx<'_>) -> Option<String> {
 
 /// Schemes of an `Authorization` header: the credential is the word after them.
 fn auth_scheme(word: &str) -> Option<&'static str> {
-    match word.to_ascii_lowercase().as_str() {
-        "bearer" => Some("bearer-token"),
-        "basic" => Some("basic-auth"),
-        "token" | "digest" | "negotiate" | "aws4-hmac-sha256" | "ssws" | "splunk" | "apikey"
-        | "api-token" | "api-key" | "key" => Some("secret"),
+    // Without allocating: this runs for most words. (`lower` gives nothing past 16 bytes, the
+    // longest scheme's length.)
+    let mut buf = [0u8; 16];
+    let n = lower(word, &mut buf);
+    match &buf[..n] {
+        b"bearer" => Some("bearer-token"),
+        b"basic" => Some("basic-auth"),
+        b"token" | b"digest" | b"negotiate" | b"aws4-hmac-sha256" | b"ssws" | b"splunk" | b"apikey"
+        | b"api-token" | b"api-key" | b"key" => Some("secret"),
         _ => None,
     }
 }
