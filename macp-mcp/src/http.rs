@@ -245,10 +245,13 @@ pub async fn whole_message(req: axum::extract::Request, next: axum::middleware::
     one_piece(resp).await
 }
 
-/// POSTs to `/mcp` being answered in this process, which a graceful shutdown lets finish.
+/// Requests to `/mcp` being answered in this process, which a graceful shutdown lets finish
+/// before it cancels MCP sessions.
 static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// How many requests to `/mcp` this process is answering now (their answers not yet whole).
+/// How many requests to `/mcp` this process is answering now (their answers not yet whole, or
+/// for a stream not yet started), and, when served by [`crate::serve::serve`], how many
+/// connections have not yet sent their first request (see there).
 pub fn requests_in_flight() -> usize {
     IN_FLIGHT.load(std::sync::atomic::Ordering::Acquire)
 }

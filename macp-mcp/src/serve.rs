@@ -9,13 +9,14 @@
 //!   (hyper-util's protocol detection is cancelled), and the client's request meets a reset.
 //!
 //! [`serve`] accepts the connections already completed before it closes the listener, and gives
-//! each connection that has not sent its first request [`FIRST_REQUEST_WAIT`] to send it.
+//! each connection that has not sent its first request [`FIRST_REQUEST_WAIT`] to send it. Like
+//! `axum::serve`, it speaks HTTP/1 and, to a client that opens with the HTTP/2 preface, HTTP/2.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
@@ -37,10 +38,13 @@ pub const FIRST_REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// 2. Every connection finishes the request it is answering, and is then closed. A connection that
 ///    has not sent its first request gets [`FIRST_REQUEST_WAIT`] to send it, and is then closed.
 ///    Kept-alive connections between requests are closed at once.
-/// 3. `closed` is called after step 1. From then on [`crate::http::requests_in_flight`] counts every
-///    request this process will answer: each connection's first request from the moment it was
-///    accepted, and every request from the moment its head is read. The caller can wait for it
-///    to reach zero before ending long-lived streams (MCP sessions), which never end by themselves.
+/// 3. `closed` is called after step 1. From then on [`crate::http::requests_in_flight`] counts
+///    what cancelling MCP sessions would cut: each connection until its first request's head has
+///    been read (from the moment it was accepted), and each request to `/mcp` from its head until
+///    its answer is whole (a stream, once it has started). The caller can wait for it to reach
+///    zero before ending long-lived streams (MCP sessions), which never end by themselves. (A
+///    request on a kept-alive connection whose head is still being read at the stop is closed
+///    unanswered, as hyper does for an idle connection; clients retry it.)
 pub async fn serve(
     listener: Listener,
     app: axum::Router,
@@ -92,8 +96,10 @@ pub async fn serve(
         Err(e) => tracing::warn!(error = %e, "cannot read the connections queued at the stop"),
     }
     tracing::info!(accepted_at_stop = drained, "no longer accepting connections");
-    closed();
+    // The connections first, so that an idle kept-alive one is closed before the caller starts
+    // waiting for the requests in flight.
     stopping.send_replace(true);
+    closed();
     drop(stop_rx);
     stopping.closed().await;
 }
@@ -106,48 +112,50 @@ fn connection(io: TcpStream, app: axum::Router, mut stop: watch::Receiver<bool>)
     let service = {
         let first = first.clone();
         hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            // Every request counts from its head, so that reading its body is waited for too.
-            let arrived = InFlight::enter();
-            let first = first.take();
+            // A request to the MCP endpoint counts from its head until its answer's head, and the
+            // endpoint's own layer counts it from reading its body until its answer is whole. The
+            // other routes are not waited for: the web view's long polls would hold the stop, and
+            // cancelling MCP sessions does not touch them.
+            let arrived = (req.uri().path() == "/mcp").then(InFlight::enter);
+            // The connection's own count ends when its first request has come (after the
+            // request's own, so that the count never drops to zero in between).
+            drop(first.take());
             let answer = app.clone().oneshot(req.map(axum::body::Body::new));
             async move {
                 let answer = answer.await;
-                drop((arrived, first));
+                drop(arrived);
                 answer
             }
         })
     };
     tokio::spawn(async move {
-        // HTTP/1 only, as axum is built (no `http2` feature).
-        let conn = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(io), service)
-            .with_upgrades();
+        // HTTP/1, and HTTP/2 when a client opens with its preface (h2c), as `axum::serve` serves.
+        let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         tokio::select! {
             r = conn.as_mut() => return log_end(r),
             _ = stop.wait_for(|s| *s) => {}
         }
-        // hyper closes a connection that has read nothing yet as soon as it is told to shut down
-        // gracefully: the first request is waited for before telling it.
+        // A connection told to shut down before it has read its first request is dropped (the
+        // protocol's detection is cancelled, and HTTP/1 closes a connection that has read
+        // nothing): the first request is waited for before telling it, for a while.
         if first.waiting() {
             tokio::select! {
                 r = conn.as_mut() => return log_end(r),
                 () = first.came.notified() => {}
-                () = tokio::time::sleep(FIRST_REQUEST_WAIT) => {
-                    if first.waiting() {
-                        // Nothing came: closing a connection that carries no request loses nothing.
-                        return;
-                    }
-                }
+                () = tokio::time::sleep(FIRST_REQUEST_WAIT) => {}
             }
         }
+        // Closed at once if it has still read nothing (closing a connection that carries no
+        // request loses nothing); a request it is reading or answering is finished first.
         conn.as_mut().graceful_shutdown();
         log_end(conn.await)
     });
 }
 
-/// A connection's first request: counted in flight from the connection's acceptance until the
-/// request's answer has its head.
+/// A connection's first request: the connection counts in flight from its acceptance until that
+/// request's head has been read.
 struct FirstRequest {
     in_flight: Mutex<Option<InFlight>>,
     /// Told when the first request has come.
@@ -170,7 +178,7 @@ impl FirstRequest {
     }
 }
 
-fn log_end(r: Result<(), hyper::Error>) {
+fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
     if let Err(e) = r {
         tracing::debug!(error = %e, "connection ended with an error");
     }
