@@ -471,6 +471,7 @@ impl<'a> Ctx<'a> {
 /// public blocks.
 fn redact_all(text: &str, ctx: &mut Ctx<'_>) -> String {
     let keys = private_keys(text, ctx);
+    let keys = key_tails(&keys, ctx);
     // Certificates and public keys are published on purpose: their lines are not read as
     // secrets (a line of a public key can look like one).
     let mut out = String::with_capacity(keys.len());
@@ -575,6 +576,48 @@ fn private_keys(text: &str, ctx: &mut Ctx<'_>) -> String {
     }
     out.push_str(&text[at..]);
     out
+}
+
+/// The end of a private key shown without its start (the last lines of a key file a log
+/// printed, then `-----END PRIVATE KEY-----`): the lines of base64 right above its end line,
+/// with it, when they hold 64 characters or more. (A key shown whole was masked whole by
+/// [`private_keys`], its end line with it.)
+fn key_tails<'t>(text: &'t str, ctx: &mut Ctx<'_>) -> std::borrow::Cow<'t, str> {
+    const END: &str = "-----END ";
+    if !text.contains(END) {
+        return text.into();
+    }
+    let base64 = |l: &str| {
+        l.len() >= 16 && l.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    };
+    let mut out = String::with_capacity(text.len());
+    let (mut at, mut from) = (0, 0);
+    while let Some(i) = text[from..].find(END).map(|i| from + i) {
+        from = i + END.len();
+        let Some(close) =
+            text[from..].find("-----").map(|e| from + e + 5).filter(|c| secret_block(&text[i..*c]))
+        else {
+            continue;
+        };
+        let (mut start, mut material) = (i, 0);
+        while start > at && text.as_bytes()[start - 1] == b'\n' {
+            let line_start = text[at..start - 1].rfind('\n').map_or(at, |p| at + p + 1);
+            let line = text[line_start..start - 1].trim();
+            if !base64(line) {
+                break;
+            }
+            material += line.len();
+            start = line_start;
+        }
+        if material >= 64 {
+            out.push_str(&text[at..start]);
+            out.push_str(&ctx.mask("private-key", &text[start..close]));
+            at = close;
+            from = close;
+        }
+    }
+    out.push_str(&text[at..]);
+    out.into()
 }
 
 /// A PEM header (`-----BEGIN X-----`) that opens a secret block: a private key, or a shared
@@ -751,6 +794,11 @@ const SECRET_KEYS: &[&str] = &[
     // A Consul or Nomad ACL token's secret half, Vault AppRole's `secret_id` (the accessor and
     // `role_id` are not secrets).
     "secret_id",
+    // SSSD's LDAP bind password (`ldap_default_authtok`).
+    "authtok",
+    // ASP.NET's authentication cookies (`.AspNetCore.Cookies=CfDJ8…`, `.ASPXAUTH=…`).
+    "cookies",
+    "aspxauth",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -829,7 +877,7 @@ const CJK_PASSWORDS: &[&str] = &[
 fn is_password_key(key: &str) -> bool {
     // Letters of any script: `пароль:` is a key.
     let key = key.trim_matches(|c: char| !c.is_alphanumeric());
-    const ENGLISH: Names<9> = Names::new(&[
+    const ENGLISH: Names<10> = Names::new(&[
         "password",
         "passwd",
         "pwd",
@@ -839,6 +887,7 @@ fn is_password_key(key: &str) -> bool {
         "passcode",
         "requirepass",
         "masterauth",
+        "authtok",
     ]);
     ENGLISH.named(key)
         || PASSWORD_NAMES.named(key)
@@ -1351,6 +1400,56 @@ fn placeholder(w: &str) -> bool {
         // A format verb or a bind parameter (`"password=%s"`, `{}`, `password = ?`, `:1`).
         || (w.len() <= 3 && w.starts_with('%') && w[1..].bytes().all(|b| b.is_ascii_alphabetic()))
         || matches!(w, "{}" | "?" | "{0}" | "{1}" | ":1" | ":2" | "$1" | "$2")
+        || formats(w)
+        || regex(w)
+        // Gzip's magic number in base64: compressed data (a Helm release), not a credential.
+        || w.starts_with("H4sI")
+}
+
+/// Formats and encodings joined (`gzip+base64`, `json+base64`): how data is written down.
+fn formats(w: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "gzip",
+        "gz",
+        "zstd",
+        "zlib",
+        "deflate",
+        "brotli",
+        "br",
+        "lz4",
+        "xz",
+        "bzip2",
+        "tar",
+        "zip",
+        "base64",
+        "base64url",
+        "base32",
+        "hex",
+        "json",
+        "yaml",
+        "xml",
+        "cbor",
+        "msgpack",
+        "protobuf",
+        "utf-8",
+        "utf8",
+        "ascii",
+        "pem",
+        "der",
+        "aes",
+        "rsa",
+        "sha256",
+        "hmac",
+    ];
+    w.contains('+') && w.split('+').all(|p| NAMES.iter().any(|n| p.eq_ignore_ascii_case(n)))
+}
+
+/// A regular expression (a secret scanner's rule, `(?:AKIA|ASIA)[A-Z2-7]{16}`): a character
+/// class of a range, or a non-capturing group.
+fn regex(w: &str) -> bool {
+    w.len() >= 5
+        && w.contains(['[', '(', '{'])
+        && ["(?:", "[A-Z", "[a-z", "[0-9", "]{", "\\d{"].iter().any(|p| w.contains(p))
 }
 
 /// A value filled in later by name: a format string's field (`{password}`, f-strings,
@@ -1367,6 +1466,19 @@ fn field_template(w: &str) -> bool {
         && name(&b[1..b.len() - 1]))
         // Its closing brace taken off as a wrapper (`Password={password};`).
         || (b.len() >= 4 && b[0] == b'{' && b[1..].iter().all(|c| c.is_ascii_lowercase() || *c == b'_'))
+}
+
+/// A webhook's signature of its payload: a timestamp and hex MACs (`t=1738468203,v1=9972…`),
+/// or a MAC named for its hash (`sha256=9972…`).
+fn payload_signature(w: &str) -> bool {
+    let hex = |s: &str| s.len() >= 32 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut parts = w.split(',');
+    let stamped = parts
+        .next()
+        .and_then(|t| t.strip_prefix("t="))
+        .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        && parts.all(|p| p.split_once('=').is_some_and(|(k, v)| k.len() <= 3 && hex(v)));
+    stamped || w.split_once('=').is_some_and(|(alg, v)| matches!(alg, "sha1" | "sha256" | "sha512") && hex(v))
 }
 
 /// Base58 of 64 bytes (86 to 88 characters of Bitcoin's alphabet, no `0`, `O`, `I` or `l`):
@@ -2045,12 +2157,22 @@ fn key_material(v: &str) -> bool {
         && v.bytes().any(|b| b.is_ascii_lowercase())
         && v.bytes().any(|b| b.is_ascii_digit())
         && !dummy(v)
+        // Gzip's magic number in base64: compressed data (a Helm release), not a key.
+        && !v.starts_with("H4sI")
 }
 
 /// `name("literal"…` (`Buffer.from("x6bb…", "base64")`): where the literal starts, and it.
 fn call_literal(w: &str) -> Option<(usize, &str)> {
-    let open = w.find('(')?;
-    if open == 0 || !w[..open].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':')) {
+    // Past the empty calls of a chain (`Base64.getDecoder().decode("…")`).
+    let mut open = w.find('(')?;
+    while w[open..].starts_with("()") {
+        open += 2 + w[open + 2..].find('(')?;
+    }
+    if open == 0
+        || !w[..open]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'(' | b')'))
+    {
         return None;
     }
     // A Python bytes or raw string (`b'…'`) too.
@@ -2633,6 +2755,15 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
 const MAX_PAIR_DEPTH: usize = 16;
 
 /// A content digest, `sha256:<hex>` (an image reference's `@sha256:…`).
+/// A field named for a digest of something (`"CodeSha256":`, `checksum`, `etag`): its value is
+/// a hash, published to check the thing against.
+fn digest_name(k: &str) -> bool {
+    let k = k.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_ascii_lowercase();
+    ["sha1", "sha256", "sha512", "md5", "hash", "digest", "checksum", "etag", "integrity", "fingerprint"]
+        .iter()
+        .any(|d| k.contains(d))
+}
+
 fn digest(w: &str) -> bool {
     w.split_once(':').is_some_and(|(alg, d)| {
         alg.starts_with("sha") && d.len() >= 32 && d.bytes().all(|b| b.is_ascii_hexdigit())
@@ -2795,6 +2926,32 @@ fn key_qualifier(l: &[u8]) -> bool {
     )
 }
 
+/// Another language's noun for a key, or the end of a compound of one (`-schlüssel`), lower
+/// case: French, Spanish, Portuguese, Italian, German, Dutch, Scandinavian, Finnish, Polish,
+/// Turkish, Russian.
+fn foreign_key_noun(l: &[u8]) -> bool {
+    let l = l.strip_prefix(b"-").unwrap_or(l);
+    matches!(
+        l,
+        b"cl\xc3\xa9"
+            | b"cle"
+            | b"clave"
+            | b"chave"
+            | b"chiave"
+            | b"sleutel"
+            | b"nyckel"
+            | b"nyckeln"
+            | b"n\xc3\xb8gle"
+            | b"n\xc3\xb8kkel"
+            | b"avain"
+            | b"klucz"
+            | b"anahtar"
+            | b"anahtar\xc4\xb1"
+            | b"\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87"
+    ) || l.starts_with("schlüssel".as_bytes())
+        || l.starts_with(b"schluessel")
+}
+
 /// Words that start a sentence about a login, in which a password-like word is its password.
 fn login_word(l: &[u8]) -> bool {
     matches!(
@@ -2826,6 +2983,8 @@ fn login_word(l: &[u8]) -> bool {
 fn copula(w: &str) -> bool {
     let ascii = |x: &[&str]| x.iter().any(|c| w.eq_ignore_ascii_case(c));
     (w.len() <= 4 && ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"]))
+        // French's "c'est" ("la clé API c'est …").
+        || ((5..=7).contains(&w.len()) && ascii(&["c'est", "c’est"]))
         || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
 }
 
@@ -3252,6 +3411,8 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("Key::new", 1, true),
     ("UnboundKey::new", 1, true),
     ("SignedString", 0, true),
+    // Go's `hmac.New(sha256.New, []byte("…"))`.
+    ("hmac.New", 1, true),
 ];
 
 /// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
@@ -3437,10 +3598,28 @@ fn reveals_secret(cmd: &str) -> bool {
             | "infisical"
             | "chamber"
     );
-    let named = ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd"]
+    let named = ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd", "cookie"]
         .iter()
         .any(|t| l.contains(t));
-    decodes || makes || (reader && named)
+    decodes || makes || (reader && named) || reads_secret_file(cmd)
+}
+
+/// A command that prints a file named for a secret (`cat ~/.vault_pass.txt`, `sudo cat
+/// /var/lib/rabbitmq/.erlang.cookie`, `type C:\secrets\api_token.txt`), not a public key's or
+/// a certificate's.
+fn reads_secret_file(cmd: &str) -> bool {
+    let l = without_placeholders(cmd).to_ascii_lowercase();
+    let mut words = l.split_whitespace().filter(|w| *w != "sudo");
+    let reader = matches!(
+        words.next(),
+        Some("cat" | "type" | "get-content" | "gc" | "head" | "tail" | "more" | "less" | "bat")
+    );
+    reader
+        && words.filter(|w| !w.starts_with('-')).any(|w| {
+            let name = w.rsplit(['/', '\\']).next().unwrap_or(w);
+            ["secret", "key", "token", "pass", "cookie", "cred", "pwd"].iter().any(|t| name.contains(t))
+                && ![".pub", ".crt", ".cer", ".csr"].iter().any(|e| name.ends_with(e))
+        })
 }
 
 /// A command that filters or shows the text piped to it (`grep`, `sed`, `tee`, …): a word
@@ -3692,6 +3871,18 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut last2 = "";
     // `openssl` on this line: its `-K` and `-k` take a key and a password.
     let mut openssl = false;
+    // `ssh-keygen` on this line: its `-N` and `-P` take passphrases.
+    let mut ssh_keygen = false;
+    // Inside the object a secret's key opened (`"grafana_admin_password": {`, Terraform's
+    // `output -json`; `Some(weak)`): its `"value"` is the secret.
+    let mut secret_object: Option<bool> = None;
+    // Words since another language's noun for a key (`clé`, `chave`): "API" after it makes it
+    // an API key's name (`clé API`, `chave de API`).
+    let mut key_noun = 0u8;
+    // The last shell prompt's command reads a file named for a secret (`cat ~/.vault_pass.txt`,
+    // `cat /var/lib/rabbitmq/.erlang.cookie`): a line of one word after it is that file's
+    // secret, whatever it looks like.
+    let mut reveal_file = false;
     // `net use` on this line: a password follows its `/user:NAME`.
     let mut net_use = false;
     // After `ConvertTo-SecureString`: its quoted string is a password in plain text.
@@ -3728,6 +3919,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
             if let Some(cmd) = shell_command(line) {
                 reveal = reveals_secret(cmd);
+                reveal_file = reads_secret_file(cmd);
             } else if reveal {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
@@ -3775,6 +3967,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             line_word = 0;
             snmp = false;
             openssl = false;
+            ssh_keygen = false;
             net_use = false;
             piped = false;
             herestring_pw = false;
@@ -3783,6 +3976,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             claimed = None;
             // An echoed word is read as a password only on its own line (`echo … | sudo -S`).
             echoed = None;
+            // A sentence about a secret whose line ends by asking for it or announcing it ("…
+            // a expiré ?", "… for the ETA model:") is answered on the next line, in a chat,
+            // after its time and its author's name.
+            if pw_window > 0 && out.trim_end().ends_with([':', '?', '：', '？']) {
+                pw_window = pw_window.max(14);
+            }
             if codes == 1 {
                 codes = 2;
             }
@@ -3899,7 +4098,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.starts_with("[redacted:") {
             as_a_masked_secret!();
         }
+        if raw.starts_with('}') {
+            secret_object = None;
+        }
         if core.is_empty() || core.starts_with("[redacted:") {
+            if raw == "{"
+                && let Some((_, weak)) = pending
+            {
+                secret_object = Some(weak);
+            }
             // `{{ .Values.apiKey }}` and the like: what follows is a template, not a value.
             pending = None;
             // A placeholder is an argument of a credential call too: in the secret's place it
@@ -4013,6 +4220,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // secret name is …", "the password hash algorithm is …", "the API key rotation job is …").
         if pw_window > 0 && property_noun(core) {
             about_other = true;
+            // Its label (`key id: key_01JN…`): the value after it is that property's.
+            if core.ends_with(':') {
+                pw_window = 0;
+            }
         }
         // "secret" as an adjective of an everyday noun ("the secret sauce is MySQL8"): no
         // secret's sentence.
@@ -4193,8 +4404,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 _ => {}
             }
         }
+        // (A file named for a secret holds nothing else: its one word is the secret unless a
+        // plain word or number, `XDVVDWPYROIJSXCHXQLK` included.)
+        let from_file =
+            reveal_file && core.len() >= 8 && core.starts_with(|c: char| c.is_ascii_alphanumeric());
         if std::mem::take(&mut reveal_word)
-            && secret_value(core, true)
+            && secret_value(core, !from_file)
             && !uuid(core)
             && !core.contains(['@', '/'])
         {
@@ -4211,6 +4426,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && core.ends_with('=')
             && key_material(core)
             && !core.starts_with("AAAA")
+            && !digest_name(before)
             && !before.starts_with("ssh-")
             && !before.starts_with("ecdsa-")
         {
@@ -4391,6 +4607,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
+        if core == "ssh-keygen" {
+            ssh_keygen = true;
+        }
         if core == "openssl" {
             openssl = true;
         }
@@ -4446,7 +4665,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let variable = std::mem::take(&mut key_quoted) && quote.is_none() && variable(&bare);
             // A blockchain transaction's signature (base58 of 64 bytes, as Solana prints it) is
             // published with the transaction.
-            let transaction = std::mem::take(&mut signature_key) && base58_signature(&bare);
+            // Nor a webhook's signature of the one payload it came with (`Stripe-Signature:
+            // t=…,v1=…`, `X-Hub-Signature-256: sha256=…`): it signs nothing else.
+            let transaction =
+                std::mem::take(&mut signature_key) && (base58_signature(&bare) || payload_signature(&bare));
             // A wireless network's security type under its key's label (`Schlüssel: WPA2-PSK`).
             let security = std::mem::take(&mut wireless_value)
                 && ["WPA", "WEP", "AES", "TKIP", "PSK", "SAE", "802.1X", "NONE"]
@@ -4530,6 +4752,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if secret_flag(core).is_some()
             || (snmp && matches!(core, "-A" | "-X" | "-c"))
             || (openssl && matches!(core, "-K" | "-k"))
+            || (ssh_keygen && matches!(core, "-N" | "-P"))
         {
             // Weak even for `--password`: "Using --password via the CLI is insecure".
             pending = Some(("secret", true));
@@ -4552,14 +4775,25 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         // `password:` / `token=`: the value is the next word; so after `API key:`.
+        // (French's `mot de passe :` too.)
+        let passe = |k: &str| k.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de");
         if let Some(key) = core.strip_suffix(':').or_else(|| core.strip_suffix('='))
             && (is_secret_key(key)
+                || passe(key)
+                || (secret_object.is_some() && key.trim_matches(['"', '\'']) == "value")
                 || (ctx.jwk && jwk_private(key))
                 || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies))
                 || (wireless_key(key) && wireless_line(&out, rest)))
         {
             wireless_value = wireless_key(key) && wireless_line(&out, rest);
-            pending = Some(("secret", !is_password_key(key) && !wireless_value));
+            let weak = match secret_object.take() {
+                Some(weak) if key.trim_matches(['"', '\'']) == "value" => weak,
+                object => {
+                    secret_object = object;
+                    !is_password_key(key) && !passe(key) && !wireless_value
+                }
+            };
+            pending = Some(("secret", weak));
             header_scheme = named(key.trim_matches(['"', '\'']), &["authorization"]);
             signature_key = named(key.trim_matches(['"', '\'']), &["signature", "sig"]);
             key_quoted = key.ends_with(['"', '\'']);
@@ -4588,6 +4822,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             about_other = false;
         }
         prev_qualifies = key_qualifier(l);
+        // Other languages' "API key": compounded (`API-Schlüssel`), or the noun first (`clé
+        // API`, `chave de API`, `chiave dell'API`).
+        if (l.starts_with(b"api") && foreign_key_noun(&l[3..]))
+            || (key_noun > 0 && (l == b"api" || l.ends_with(b"'api") || l.ends_with("’api".as_bytes())))
+        {
+            pw_window = 10;
+            about_other = false;
+        }
+        key_noun = if foreign_key_noun(l) { 3 } else { key_noun.saturating_sub(1) };
         // "the factory creds (root:…)", "reset the admin login to admin / …", "tried logging in
         // with admin / …".
         if login_word(l) {
@@ -5935,5 +6178,145 @@ mod tests {
             "Das WLAN heißt DC-Ops, Schlüssel: WPA2-PSK",
             "Schlüssel: SilverLantern93 für das Tor",
         ]);
+    }
+
+    #[test]
+    fn a_propertys_label_ends_the_sentence_about_a_secret() {
+        leaves_each(&[
+            "API key rotated for integration 'pd-events' (key id: key_01JQ7ZK2M4V9D3XW8RTN5CB6HE, created by ana)",
+        ]);
+        masks_each(&[(
+            "API key rotated for pd-events, new value: Zq8rT2mW9vLx4NpK7sHd",
+            "Zq8rT2mW9vLx4NpK7sHd",
+        )]);
+    }
+
+    #[test]
+    fn a_webhooks_signature_of_its_payload_is_not_a_secret() {
+        leaves_each(&[
+            "Stripe-Signature: t=1741300022,v1=0b7f4e1c2d9a8b3c6e5f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+            "X-Hub-Signature-256: sha256=0b7f4e1c2d9a8b3c6e5f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+        ]);
+        masks_each(&[("X-Signature: Zq8rT2mW9vLx4NpK7sHdQ1", "Zq8rT2mW9vLx4NpK7sHdQ1")]);
+    }
+
+    #[test]
+    fn a_digest_field_in_the_output_of_a_command_that_prints_secrets_is_not_one() {
+        leaves_each(&[
+            "$ aws lambda get-function-configuration --function-name auth-api\n{\n    \"CodeSha256\": \"Qm9vdHN0cmFwL0xhbWJkYS9Db2RlU2hhMjU2PT0xMjM=\",\n    \"CodeSize\": 104211\n}",
+        ]);
+        masks_each(&[(
+            "$ aws lambda get-function-configuration --function-name auth-api\n{\n    \"Value\": \"Qm9vdHN0cmFwL0xhbWJkYS9Db2RlU2hhMjU2PT0xMjM=\"\n}",
+            "Qm9vdHN0cmFwL0xhbWJkYS9Db2RlU2hh",
+        )]);
+    }
+
+    #[test]
+    fn formats_joined_regexes_and_compressed_data_are_not_a_secrets_value() {
+        leaves_each(&[
+            "helm release secret data (gzip+base64, the manifest only):\nrelease: H4sIAAAAAAAC/8xYbW/bNhD+K4Q+J7FkJ43jT1u6YRiwYcXabh/aYqCkk80GIjWSSuIG+e+7oyRLsqXWaVpgAQKbd8d7eZ7jkfRDcKvTZEV8vgPpYqClaqJvLbpBRsg06m3y5A6ALlkj0EAShtX4TA",
+            "[[rules]]\nid = \"aws-access-key\"\ndescription = \"AWS Access Key\"\nregex = '''(?:AKIA|ASIA)[A-Z2-7]{16}'''",
+        ]);
+    }
+
+    #[test]
+    fn mot_de_passe_as_a_label_takes_its_value() {
+        masks_each(&[("Le mot de passe: &Q!.r7yb%K2_W9x4mTq", "&Q!.r7yb%K2_W9x4mTq")]);
+    }
+
+    #[test]
+    fn a_secret_asked_for_or_announced_at_a_lines_end_is_answered_on_the_next() {
+        masks_each(&[
+            (
+                "[10:36] tom: Le mot de passe du compte de service sftp a expiré ?\n[10:39] ana: non, je viens de le réinitialiser : &Q!.r7yb%K2_W9x4mTq",
+                "&Q!.r7yb%K2_W9x4mTq",
+            ),
+            (
+                "[11:22] tom: Der API-Schlüssel vom Zahlungsdienstleister (das ist live):\n[11:26] eva: 5c0e2a91f7d84b36a1e9c07d2f5b8a4e6d3c1b09",
+                "5c0e2a91f7d84b36a1e9c07d2f5b8a4e6d3c1b09",
+            ),
+        ]);
+        leaves_each(&[
+            "[10:01] ana: who rotated the API key?\n[10:02] bob: I did, at 14:00 after build 2025.11.3",
+        ]);
+    }
+
+    #[test]
+    fn api_keys_named_in_other_languages_state_their_value() {
+        masks_each(&[
+            (
+                "la clé API du transporteur c'est -rT7wKzQ2mNp9-VxLs4-Hd8Yb, elle est dans le coffre",
+                "-rT7wKzQ2mNp9-VxLs4-Hd8Yb",
+            ),
+            ("a chave de API do parceiro é Xk4rT9wQ2mZp7VbN3sLd", "Xk4rT9wQ2mZp7VbN3sLd"),
+        ]);
+        leaves_each(&["la clé API est dans le coffre, on la tourne demain."]);
+    }
+
+    #[test]
+    fn sssd_bind_passwords_and_aspnet_cookies_are_secrets() {
+        masks_each(&[
+            ("ldap_default_authtok = k*8wQz3RTup47.x2n", "k*8wQz3RTup47.x2n"),
+            (
+                "Cookie: .AspNetCore.Cookies=CfDJ8Kq2mZ9rT4wX7pLs3VbN6dHy1FjQ8cRt5mWz2KpLx9Vn4sDq7HbT3yZm",
+                "CfDJ8Kq2mZ9rT4wX7pLs3VbN6dHy1FjQ8cRt5mWz2KpLx9Vn4sDq7HbT3yZm",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn the_one_word_a_file_named_for_a_secret_holds_is_the_secret() {
+        masks_each(&[
+            ("$ cat ~/.vault_pass.txt\nwalnut-ferry-copper-tulip41", "walnut-ferry-copper-tulip41"),
+            ("$ sudo cat /var/lib/rabbitmq/.erlang.cookie\nQWZPLMRTXUVKSDNEBGHA", "QWZPLMRTXUVKSDNEBGHA"),
+        ]);
+        leaves_each(&[
+            "$ cat /etc/app/token_ttl.conf\n3600",
+            "$ cat keys.txt\nREADME",
+            "$ cat ~/.ssh/deploy_key.pub\nnone",
+        ]);
+    }
+
+    #[test]
+    fn literals_of_chained_decoders_and_go_hmac_keys_are_masked() {
+        masks_each(&[
+            (
+                "private static final byte[] KEY = Base64.getDecoder().decode(\"Rk9vQmFyQmF6UXV4MTIzNDU2Nzg5MGFiY2RlZg==\");",
+                "Rk9vQmFyQmF6UXV4MTIz",
+            ),
+            ("mac := hmac.New(sha256.New, []byte(\"Zq8rT2mW9vLx4NpK7sHdQ1yB\"))", "Zq8rT2mW9vLx4NpK7sHdQ1yB"),
+        ]);
+        leaves_each(&["String s = Base64.getEncoder().encodeToString(\"hello world\".getBytes());"]);
+    }
+
+    #[test]
+    fn the_value_of_an_object_named_for_a_secret_is_the_secret() {
+        masks_each(&[(
+            "{\n  \"grafana_admin_password\": {\n    \"sensitive\": false,\n    \"type\": \"string\",\n    \"value\": \"Copper*heron4410\"\n  }\n}",
+            "Copper*heron4410",
+        )]);
+        leaves_each(&[
+            "{\"db_password\": {\"sensitive\": true, \"type\": \"string\", \"value\": \"<sensitive>\"}}",
+            "{\"region\": {\"type\": \"string\", \"value\": \"eu-west-1\"}}",
+        ]);
+    }
+
+    #[test]
+    fn a_private_keys_tail_shown_without_its_header_is_masked() {
+        let t = "tail of the key file:\nHt7bfpqjKruvlVbWT+6BLpaljDYbwk6YUSejpkV8O/V1RifWeTtF0JwaRu7pf9DL\nysfjTBNTZcwPZR5pbESC74xty5Psj0tXa9v2icki4M7rsMEp3cT1bM46+HLAAUkt\n6pIwQrWPgzZcu4LWlTjtf4ve\n-----END PRIVATE KEY-----\nthen the webhook restarted";
+        assert_eq!(
+            redact_secrets(t),
+            "tail of the key file:\n[redacted:private-key]\nthen the webhook restarted"
+        );
+        leaves_each(&["-----END PRIVATE KEY-----", "the key ends with\n-----END RSA PRIVATE KEY-----"]);
+    }
+
+    #[test]
+    fn ssh_keygen_passphrases_are_masked() {
+        masks_each(&[(
+            "ssh-keygen -t ed25519 -N 'maple-comet-harbor-vest27' -f ~/.ssh/deploy",
+            "maple-comet-harbor-vest27",
+        )]);
+        leaves_each(&["ssh-keygen -t ed25519 -N '' -f ~/.ssh/deploy"]);
     }
 }
