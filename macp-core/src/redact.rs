@@ -1383,6 +1383,8 @@ fn placeholder(w: &str) -> bool {
         || w.contains("***")
         || w.contains("/secrets/")
         || is(&["yes", "no", "sensitive", "filtered", "hidden", "omitted"])
+        // "None" in Chinese, Japanese, Korean and Russian (`密码: 无`).
+        || (!w.is_ascii() && ["无", "無", "なし", "無し", "없음", "нет", "Нет"].contains(&w))
         || ["op://", "vault:", "ssm:", "arn:", "secretsmanager:", "file:"].iter().any(|p| starts(p))
         || (w.starts_with('/')
             && w[1..].contains('/')
@@ -4178,6 +4180,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && let Some(flag) =
                 ["/pass:", "/password:"].into_iter().chain(freerdp.then_some("/p:")).find(|f| slash_flag(f))
         {
+            // Unquoted, the flag's value is the rest of the word, its last `!` included
+            // (`/pass:Summer2024!`); a `,` or `;` after it is the line's.
+            let (vcore, vpost) = if vcore[flag.len()..].starts_with(['"', '\'']) {
+                (vcore, vpost)
+            } else {
+                let end = raw.trim_end_matches([',', ';']).len().max(start);
+                (&raw[start..end], &raw[end..])
+            };
             let v = &vcore[flag.len()..];
             let q = v.len() - v.trim_start_matches(['"', '\'']).len();
             let inner = v[q..].trim_end_matches(['"', '\'']);
@@ -6318,5 +6328,20 @@ mod tests {
             "maple-comet-harbor-vest27",
         )]);
         leaves_each(&["ssh-keygen -t ed25519 -N '' -f ~/.ssh/deploy"]);
+    }
+
+    #[test]
+    fn none_in_other_languages_is_no_password() {
+        leaves_each(&["密码: 无", "パスワード: なし", "비밀번호: 없음", "пароль: нет"]);
+        masks_each(&[("密码: Xk4rT9wQ2m", "Xk4rT9wQ2m")]);
+    }
+
+    #[test]
+    fn an_unquoted_slash_flags_password_keeps_its_last_symbol() {
+        masks_each(&[
+            ("cmdkey /generic:srv /user:bob /pass:Summer2024! done", "Summer2024!"),
+            ("xfreerdp /u:bob /p:Summer2024!", "Summer2024!"),
+        ]);
+        assert_eq!(redact_secrets("cmdkey /pass:Summer2024!, done"), "cmdkey /pass:[redacted:secret], done");
     }
 }
