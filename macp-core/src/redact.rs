@@ -799,6 +799,13 @@ const SECRET_KEYS: &[&str] = &[
     // ASP.NET's authentication cookies (`.AspNetCore.Cookies=CfDJ8…`, `.ASPXAUTH=…`).
     "cookies",
     "aspxauth",
+    // Fluentd's forward `shared_key`, a log shipper's `ingestion-key`, Agora's app certificate
+    // (its signing secret), a registry's `--dest-creds`, Kickstart's `rootpw`.
+    "shared_key",
+    "ingestion_key",
+    "app_certificate",
+    "creds",
+    "rootpw",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -877,7 +884,7 @@ const CJK_PASSWORDS: &[&str] = &[
 fn is_password_key(key: &str) -> bool {
     // Letters of any script: `пароль:` is a key.
     let key = key.trim_matches(|c: char| !c.is_alphanumeric());
-    const ENGLISH: Names<10> = Names::new(&[
+    const ENGLISH: Names<11> = Names::new(&[
         "password",
         "passwd",
         "pwd",
@@ -888,6 +895,7 @@ fn is_password_key(key: &str) -> bool {
         "requirepass",
         "masterauth",
         "authtok",
+        "rootpw",
     ]);
     ENGLISH.named(key)
         || PASSWORD_NAMES.named(key)
@@ -1234,6 +1242,11 @@ const NOT_SECRET_TOKENS: &[&str] = &[
     "change_token",
     // Mailgun's `X-Mailgun-Sid` header: the sending domain's tracking id in every message.
     "mailgun_sid",
+    // A .NET assembly's public key token, a reCAPTCHA or Turnstile site key (in every page).
+    "publickeytoken",
+    "public_key_token",
+    "sitekey",
+    "site_key",
 ];
 
 /// Looks like a credential rather than a word: six characters or more, with a digit or both
@@ -1244,7 +1257,8 @@ fn credential_like(w: &str) -> bool {
     // Both cases past the first letter: `Creation` is a word, `hBXVF1Y2` is not.
     let cases =
         w.chars().skip(1).any(|c| c.is_ascii_uppercase()) && w.chars().any(|c| c.is_ascii_lowercase());
-    w.len() >= 6 && (digit || cases) && !placeholder(w) && (digit || !camel_words(w)) && !date(w)
+    (w.len() >= 6 && (digit || cases) && !placeholder(w) && (digit || !camel_words(w)) && !date(w))
+        || app_password(w)
 }
 
 /// A date, maybe with its time (`2024-06-11`, `2024/06/11T03:01:44Z`): never a credential.
@@ -1309,6 +1323,39 @@ fn password_like(w: &str) -> bool {
         && !pair
         && !w.contains(['/', '@'])
         && !placeholder(w)
+}
+
+/// A quoted value that goes on past its first word: `first`, then `rest` up to the closing
+/// quote `q` on the same line (within a few hundred bytes); the value, and where its closing
+/// quote is in `rest`.
+fn quoted_run(first: &str, q: char, rest: &str) -> Option<(String, usize)> {
+    let close = line_ahead(rest, 256).find(q)?;
+    Some((format!("{first}{}", &rest[..close]), close))
+}
+
+/// Words joined as people make passphrases (`river-summit-willow-glacier`, `saffron harbor
+/// tundra violet`): four or more, each of three to ten lower-case letters.
+fn passphrase_words(w: &str) -> bool {
+    let sep = if w.contains(' ') { ' ' } else { '-' };
+    let mut n = 0;
+    w.len() >= 15
+        && w.split(sep).all(|p| {
+            n += 1;
+            (3..=10).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_lowercase())
+        })
+        && n >= 4
+}
+
+/// An app password as Apple and Google show them: four groups of four lower-case letters
+/// (`imll-hcfo-xcqw-zhdf`, `zdui oeue ynym tchi`).
+fn app_password(w: &str) -> bool {
+    let b = w.as_bytes();
+    b.len() == 19
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| if i % 5 == 4 { *c == b'-' || *c == b' ' } else { c.is_ascii_lowercase() })
+        && b[4] == b[9]
+        && b[9] == b[14]
 }
 
 /// Unmistakably not a word: eight characters or more with upper and lower case and a digit.
@@ -1385,7 +1432,9 @@ fn placeholder(w: &str) -> bool {
         || is(&["yes", "no", "sensitive", "filtered", "hidden", "omitted"])
         // "None" in Chinese, Japanese, Korean and Russian (`密码: 无`).
         || (!w.is_ascii() && ["无", "無", "なし", "無し", "없음", "нет", "Нет"].contains(&w))
-        || ["op://", "vault:", "ssm:", "arn:", "secretsmanager:", "file:"].iter().any(|p| starts(p))
+        || ["op://", "vault:", "ssm:", "arn:", "secretsmanager:", "file:", "@microsoft.keyvault("]
+            .iter()
+            .any(|p| starts(p))
         || (w.starts_with('/')
             && w[1..].contains('/')
             && !w.contains(['+', '='])
@@ -1628,6 +1677,8 @@ fn angle_template(w: &str) -> bool {
 /// ship in every page's JavaScript.
 fn public(w: &str) -> bool {
     ["pk.eyJ", "pk_live_", "pk_test_"].iter().any(|p| w.starts_with(p))
+        // Datadog's browser client token (`pub` and 32 hex digits), in every page it serves.
+        || (w.len() == 35 && w.starts_with("pub") && w[3..].bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// A secret encrypted for storage, which only its key opens (a Sealed Secret's
@@ -1712,6 +1763,23 @@ fn shape(word: &str) -> Option<&'static str> {
     let prefixed = |prefixes: &[&str], min: usize| {
         prefixes.iter().any(|p| word.starts_with(p)) && word.len() >= min && token_chars(word)
     };
+    // A BitLocker recovery password: eight groups of six digits.
+    if word.len() == 55
+        && word.split('-').count() == 8
+        && word.split('-').all(|g| g.len() == 6 && g.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Some("secret");
+    }
+    // A PASETO key, local (symmetric) or secret (`k4.local.…`, `k3.secret.…`).
+    if let Some(key) = ["k1.", "k2.", "k3.", "k4."]
+        .iter()
+        .find_map(|v| word.strip_prefix(v))
+        .and_then(|k| k.strip_prefix("local.").or_else(|| k.strip_prefix("secret.")))
+        && key.len() >= 40
+        && token_chars(key)
+    {
+        return Some("secret");
+    }
     if prefixed(&["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"], 20) {
         return Some("github-token");
     }
@@ -2159,8 +2227,10 @@ fn key_material(v: &str) -> bool {
         && v.bytes().any(|b| b.is_ascii_lowercase())
         && v.bytes().any(|b| b.is_ascii_digit())
         && !dummy(v)
-        // Gzip's magic number in base64: compressed data (a Helm release), not a key.
+        // Gzip's magic number in base64: compressed data (a Helm release), not a key; nor an
+        // encrypted secret.
         && !v.starts_with("H4sI")
+        && !ciphertext(v)
 }
 
 /// `name("literal"…` (`Buffer.from("x6bb…", "base64")`): where the literal starts, and it.
@@ -2173,7 +2243,7 @@ fn call_literal(w: &str) -> Option<(usize, &str)> {
     if open == 0
         || !w[..open]
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'(' | b')'))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'(' | b')' | b'[' | b']'))
     {
         return None;
     }
@@ -2220,7 +2290,9 @@ fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
 /// An AWS secret access key on its own: 40 characters of base64 with upper and lower case and a
 /// digit (hex ids, hashes and ULIDs have one case; base64 blobs are longer).
 fn aws_secret(word: &str) -> Option<&'static str> {
+    // (A reCAPTCHA key, `6L…`, is the same length: a site's is in every page it serves.)
     if word.len() == 40
+        && !word.starts_with("6L")
         && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '/' || c == '+')
         && word.chars().any(|c| c.is_ascii_uppercase())
         && word.chars().any(|c| c.is_ascii_lowercase())
@@ -2410,6 +2482,12 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     let mut rest = w;
     // `?` starts a query only in a URL or a path (a password may hold one).
     let url = w.contains('/');
+    // An Azure Function's URL (its `code` is the function's key) or a sign-in link (a magic
+    // link's, a reset's or an invitation's `t`, `token` or `code` signs its reader in).
+    let auth_link = url
+        && ["azurewebsites.net/api/", "/magic", "/reset", "/invite", "/verify", "/confirm"]
+            .iter()
+            .any(|p| w.contains(p));
     // The next `&`, `;` or `,` and the next `=`/`:` before a quote, as offsets into `w`: found
     // once and reused until passed, so the pieces of a long word (16 KiB of `?/`) are not each
     // a scan of everything after them.
@@ -2462,9 +2540,10 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
         // (OpenWeatherMap's `appid`, HubSpot's `hapikey`); a short or numeric one is an id.
         if url
             && let Some((k, v)) = body.split_once('=')
-            && ["key", "appid", "app_id", "app_key", "appkey", "hapikey", "apikey"]
+            && (["key", "appid", "app_id", "app_key", "appkey", "hapikey", "apikey"]
                 .iter()
                 .any(|n| k.eq_ignore_ascii_case(n))
+                || (auth_link && ["code", "t", "token"].iter().any(|n| k.eq_ignore_ascii_case(n))))
             && random_value(v)
         {
             out.push_str(k);
@@ -2482,6 +2561,8 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
 /// A random value: sixteen characters or more of letters and digits (`-`, `_` allowed), with
 /// both; not a stand-in.
 fn random_value(v: &str) -> bool {
+    // (Base64's padding, `…SAQZ==`, is the value's.)
+    let v = v.trim_end_matches('=');
     (16..=128).contains(&v.len())
         && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         && v.bytes().any(|b| b.is_ascii_digit())
@@ -2638,6 +2719,22 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
     let mut body = word;
     for _ in 0..MAX_PAIR_DEPTH {
         let at = word.len() - body.len();
+        // A password hash dump's line (`user:rid:lmhash:nthash:::`, secretsdump, pwdump): both
+        // hashes, which log in as the user (pass-the-hash).
+        if colons >= 5 && body.ends_with(":::") {
+            let f: Vec<&str> = body.splitn(5, ':').collect();
+            let hash = |h: &str| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit());
+            if f.len() == 5
+                && !f[1].is_empty()
+                && f[1].bytes().all(|b| b.is_ascii_digit())
+                && hash(f[2])
+                && hash(f[3])
+            {
+                let m = ctx.mask("secret", &body[f[0].len() + f[1].len() + 2..body.len() - f[4].len() - 1]);
+                out.push_str(&format!("{}:{}:{m}:{}", f[0], f[1], f[4]));
+                return out;
+            }
+        }
         if let Some(p) = if colons >= 4 { pgpass(body, ctx) } else { None } {
             out.push_str(&p);
             return out;
@@ -2674,8 +2771,24 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         };
         let bare = value.trim_matches(|c| c == '"' || c == '\'');
         let jaas_user = ctx.jaas && key.len() > 5 && key.starts_with("user_");
-        let masked = if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
+        // A session's or a message's id under `sid` (Twilio's `SM` and 32 hex digits, a Splunk
+        // search job's `scheduler__…`) is no session secret.
+        let sid_id = named(key, &["sid"])
+            && ((bare.len() == 34
+                && bare.as_bytes()[..2].iter().all(u8::is_ascii_uppercase)
+                && bare[2..].bytes().all(|b| b.is_ascii_hexdigit()))
+                || bare.matches("__").count() >= 2);
+        let masked = if sid_id || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
+            // (A site key or a public key token, whatever shape its value has.)
+            None
+        } else if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
             value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
+        } else if key.trim_matches(['"', '\'', '(']).eq_ignore_ascii_case("key")
+            && bare.len() >= 24
+            && strong_credential(bare)
+        {
+            // A bare `key=` with a long random value (a webhook's key in a log line).
+            ctx.mask_on("secret", bare)
         } else if (key_material_name(key)
             && (key_material(bare)
                 || (named(key.trim_matches(['"', '\'']), &["material"]) && long_hex(bare))))
@@ -3413,8 +3526,10 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("Key::new", 1, true),
     ("UnboundKey::new", 1, true),
     ("SignedString", 0, true),
-    // Go's `hmac.New(sha256.New, []byte("…"))`.
+    // Go's `hmac.New(sha256.New, []byte("…"))`, Express's `cookieParser('…')` (the cookies'
+    // signing secret).
     ("hmac.New", 1, true),
+    ("cookieParser", 0, true),
 ];
 
 /// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
@@ -3422,7 +3537,27 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
 /// `basic_auth=(…)`): where its `(` is, and the argument to read.
 fn credential_call(w: &str) -> Option<(usize, CallArg)> {
     let open = w.find('(')?;
-    let callee = &w[..open];
+    if let Some(call) = credential_call_at(w, 0, open) {
+        return Some(call);
+    }
+    // A call that is the first argument of another (`app.use(cookieParser('…'))`), twice at most.
+    let mut from = open + 1;
+    for _ in 0..2 {
+        if !w[from..].starts_with(|c: char| c.is_ascii_alphabetic()) {
+            break;
+        }
+        let Some(inner) = w[from..].find('(').map(|i| from + i) else { break };
+        if let Some((o, c)) = credential_call_at(w, from, inner) {
+            return Some((o, c));
+        }
+        from = inner + 1;
+    }
+    None
+}
+
+/// [`credential_call`] of the callee `w[start..open]`.
+fn credential_call_at(w: &str, start: usize, open: usize) -> Option<(usize, CallArg)> {
+    let callee = &w[start..open];
     let arg = |left, key| Some((open, CallArg { left, key, depth: 0, quote: None, words: 32 }));
     if let Some(k) = callee.strip_suffix(['=', ':']) {
         return named(k.trim_matches(['"', '\'']), &["auth"]).then(|| arg(1, false)).flatten();
@@ -3811,6 +3946,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // The pending value is the one after `Authorization:`, which may start with a scheme of any
     // name (`GenieKey …`, `SSWS …`).
     let mut header_scheme = false;
+    // The quote a scheme's value opened (`"Bearer …"`): the credential ends at it.
+    let mut scheme_quote: Option<char> = None;
     // The pending value's key was quoted (`"password": new_pw`): an unquoted name after it is a
     // variable in code, not the secret.
     let mut key_quoted = false;
@@ -3861,12 +3998,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut call_arg: Option<CallArg> = None;
     // An SNMP command on this line: its `-A`/`-X` take passphrases, `-c` a community.
     let mut snmp = false;
-    // The last word qualifies a token ("auth token", "bot token").
+    // The last word qualifies a token ("auth token", "bot token"), or names a product.
     let mut prev_token_q = false;
+    let mut prev_product = false;
     // The sentence about a secret went on to another thing of it (see [`property_noun`]).
     let mut about_other = false;
-    // A password's name was on this line (see `stated_next`).
+    // A password's name was on this line (see `stated_next`), and on the line before.
     let mut pw_line = false;
+    let mut pw_prev_line = false;
     // The last word ended a sentence (`.`, `?`, `!`, `。`, `？`, `！` after it).
     let mut sentence_end = false;
     // The word before the last (`USER db2inst1 USING …`).
@@ -3964,6 +4103,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         if let Some(nl) = rest[..ws].rfind('\n') {
+            // The line before named a password (`Password for the [elastic] user … reset.`):
+            // its `New value:` is that password.
+            pw_prev_line = pw_line;
             sql_tool = false;
             freerdp = false;
             line_word = 0;
@@ -3981,8 +4123,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // A sentence about a secret whose line ends by asking for it or announcing it ("…
             // a expiré ?", "… for the ETA model:") is answered on the next line, in a chat,
             // after its time and its author's name.
+            // The line after a minisign comment is its signature, not that sentence's.
             if pw_window > 0 && out.trim_end().ends_with([':', '?', '：', '？']) {
                 pw_window = pw_window.max(14);
+            } else if line_behind(&out).starts_with("untrusted comment:") {
+                pw_window = 0;
             }
             if codes == 1 {
                 codes = 2;
@@ -4316,14 +4461,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (spaces, commas, line breaks or list numbers between them), whatever the language
         // around them; not a run of them that reads as English prose ([`bip39_prose_word`]).
         // One placeholder for the phrase.
-        let core_at = text.len() - rest.len() - raw.len() + pre.len();
-        if core_at >= bip39_until && bip39_word(core) {
+        // Its first word may be quoted after a key (`MNEMONIC="bicycle …"`).
+        let (bpre, bcore) = match core.find(['=', ':']) {
+            Some(i) if core[i + 1..].starts_with(['"', '\'']) => (&raw[..pre.len() + i + 2], &core[i + 2..]),
+            _ => (pre, core),
+        };
+        let core_at = text.len() - rest.len() - raw.len() + bpre.len();
+        if core_at >= bip39_until && bip39_word(bcore) {
             let (n, glue, end) = bip39_run(&text[core_at..]);
-            bip39_until = core_at + end.max(core.len());
+            bip39_until = core_at + end.max(bcore.len());
             // (The phrase runs past this word: `rest`, after it, is cut where the phrase ends.)
             let to = (core_at + end).checked_sub(text.len() - rest.len());
             if let Some(to) = to.filter(|_| (12..=24).contains(&n) && glue * 6 <= n) {
-                out.push_str(pre);
+                out.push_str(bpre);
                 out.push_str(&ctx.mask("secret", &text[core_at..core_at + end]));
                 rest = &rest[to..];
                 as_a_masked_secret!();
@@ -4414,6 +4564,29 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 _ => {}
             }
         }
+        // Hardhat's and Truffle's `accounts: ["0x…"]`: a network's private keys (64 hex digits).
+        if before == "accounts:"
+            && core.len() == 66
+            && core.starts_with("0x")
+            && core[2..].bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            masked_value!("", core, post);
+        }
+        // A line of a credentials file printed whole (Postfix's `sasl_passwd`: `[host]:port
+        // user@domain:password`): the password after the login.
+        if reveal_file
+            && let Some((login, pass)) = core.rsplit_once(':')
+            && login.contains('@')
+            && !login.contains("://")
+            && pass.len() >= 8
+            && secret_value(pass, false)
+        {
+            out.push_str(pre);
+            out.push_str(&core[..=login.len()]);
+            out.push_str(&ctx.mask("secret", pass));
+            out.push_str(post);
+            continue;
+        }
         // (A file named for a secret holds nothing else: its one word is the secret unless a
         // plain word or number, `XDVVDWPYROIJSXCHXQLK` included.)
         let from_file =
@@ -4421,7 +4594,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if std::mem::take(&mut reveal_word)
             && secret_value(core, !from_file)
             && !uuid(core)
-            && !core.contains(['@', '/'])
+            && !core.contains('@')
+            && (!core.contains('/') || (from_file && key_material(core)))
         {
             out.push_str(pre);
             out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), vcore));
@@ -4525,7 +4699,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
         // `| gh auth login --with-token`).
         if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
-            || (piped && pipe_filter == Some(false) && matches!(core, "login" | "--with-token" | "passwd")))
+            || (piped && pipe_filter == Some(false) && matches!(core, "login" | "--with-token" | "passwd" | "kinit")))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -4548,7 +4722,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         let command = std::mem::replace(
             &mut prev_word,
-            if matches!(core, "rabbitmqctl" | "htpasswd" | "net" | "cargo" | "snyk" | "wandb" | "ngrok") {
+            if matches!(
+                core,
+                "rabbitmqctl" | "htpasswd" | "net" | "cargo" | "snyk" | "wandb" | "ngrok" | "mc"
+            ) {
                 core
             } else {
                 ""
@@ -4586,6 +4763,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if net_use && core.get(..6).is_some_and(|u| u.eq_ignore_ascii_case("/user:")) {
             // `net use Z: \\host\share /user:DOMAIN\name PASSWORD`.
             positional = Some(0);
+        } else if command == "mc" && core == "alias" {
+            // MinIO's `mc alias set NAME URL ACCESS_KEY SECRET_KEY`.
+            prev_word = "mc";
+        } else if command == "mc" && before == "alias" && core == "set" {
+            positional = Some(3);
         } else if core == "store" && matches!(before, "api-key" | "apikey") {
             // `confluent api-key store KEY SECRET`.
             positional = Some(1);
@@ -4646,9 +4828,34 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // A type between a key and its value (`const DB_PASSWORD: &str = "…"`).
         if pending.is_some()
-            && matches!(core, "&str" | "str" | "string" | "String" | "&'static" | "char*" | "[]byte")
+            && matches!(
+                core,
+                "&str"
+                    | "str"
+                    | "string"
+                    | "String"
+                    | "&'static"
+                    | "char*"
+                    | "[]byte"
+                    | "--plaintext"
+                    | "--iscrypted"
+            )
         {
             out.push_str(raw);
+            continue;
+        }
+        let quoted_scheme = scheme_quote.take();
+        if let Some((kind, _)) = pending
+            && let Some(k) = quoted_scheme.and_then(|q| core.find(q))
+            && k > 0
+            && credential_like(&core[..k])
+        {
+            // The credential of a quoted scheme runs to its closing quote, and the rest of the
+            // word (`","Content-Type":…}`) is the text's.
+            pending = None;
+            out.push_str(pre);
+            out.push_str(&ctx.mask(kind, &core[..k]));
+            out.push_str(&raw[pre.len() + k..]);
             continue;
         }
         if let Some((kind, weak)) = pending.take() {
@@ -4665,6 +4872,22 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 open.chars().next().or_else(|| pre.chars().last().filter(|c| matches!(c, '"' | '\'')));
             let tail = format!("{}{post}", &inner[inner.trim_end_matches(['"', '\'']).len()..]);
             let bare_end = inner.trim_end_matches(['"', '\'']);
+            // A quoted value with spaces in it (`--passphrase 'saffron harbor tundra violet'`,
+            // `EMAIL_HOST_PASSWORD="zdui oeue ynym tchi"`), to its closing quote on the line, when
+            // it is a passphrase of words.
+            if let Some(q) = quote
+                && !tail.contains(q)
+                && let Some((whole, close)) = quoted_run(bare_end, q, rest)
+                && (passphrase_words(&whole) || app_password(&whole))
+            {
+                for part in [pre, lead, open] {
+                    out.push_str(part);
+                }
+                out.push_str(&ctx.mask("secret", &whole));
+                rest = &rest[close..];
+                bare_key = None;
+                continue;
+            }
             let (bare, rest) = match quote.and_then(|q| tail.find(q)) {
                 Some(k) if k > 0 => (format!("{bare_end}{}", &tail[..k]), &tail[k..]),
                 _ => (bare_end.to_owned(), tail.as_str()),
@@ -4686,8 +4909,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                     .any(|t| bare.get(..t.len()).is_some_and(|h| h.eq_ignore_ascii_case(t)));
             let shape = secret_kind(&bare);
             // After `Bearer` the word is a token whatever names it resembles.
-            let secret =
-                if kind == "bearer-token" { credential_like(&bare) } else { secret_value(&bare, weak) };
+            let secret = if kind == "bearer-token" {
+                credential_like(&bare)
+            } else {
+                secret_value(&bare, weak) || (quote.is_some() && passphrase_words(&bare))
+            };
             if !template && !variable && !transaction && !security && (shape.is_some() || secret) {
                 let masked = ctx.mask(shape.unwrap_or(kind), &bare);
                 for part in [pre, lead, open, masked.as_str(), rest] {
@@ -4759,7 +4985,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             snmp = true;
         }
         // SNMPv3's authentication and privacy passphrases, v2c's community.
-        if secret_flag(core).is_some()
+        if (secret_flag(core).is_some() && !(core == "-P" && line_so_far_has(&out, "minisign")))
             || (snmp && matches!(core, "-A" | "-X" | "-c"))
             || (openssl && matches!(core, "-K" | "-k"))
             || (ssh_keygen && matches!(core, "-N" | "-P"))
@@ -4791,12 +5017,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && (is_secret_key(key)
                 || passe(key)
                 || (secret_object.is_some() && key.trim_matches(['"', '\'']) == "value")
+                || (pw_prev_line && key.eq_ignore_ascii_case("value") && line_word <= 2)
                 || (ctx.jwk && jwk_private(key))
                 || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies))
                 || (wireless_key(key) && wireless_line(&out, rest)))
         {
             wireless_value = wireless_key(key) && wireless_line(&out, rest);
             let weak = match secret_object.take() {
+                _ if pw_prev_line && key.eq_ignore_ascii_case("value") && line_word <= 2 => false,
                 Some(weak) if key.trim_matches(['"', '\'']) == "value" => weak,
                 object => {
                     secret_object = object;
@@ -4819,15 +5047,22 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // "the twilio auth token on the pods is …": a token qualified as a credential (a bare
         // "token" is as often an accessor or an id).
         let token = l.strip_suffix(b":").unwrap_or(l);
-        if matches!(token, b"token" | b"tokens") && (prev_qualifies || prev_token_q) {
+        if matches!(token, b"token" | b"tokens") && (prev_qualifies || prev_token_q || prev_product) {
             pw_window = 10;
             about_other = false;
         }
         prev_token_q =
             matches!(l, b"auth" | b"bot" | b"refresh" | b"bearer" | b"personal" | b"deploy" | b"session");
+        // A product's name before "token" ("this Jenkins token", "the Vault token"): a
+        // capitalised word, not a sentence's first.
+        prev_product = core.len() >= 3
+            && core.as_bytes()[0].is_ascii_uppercase()
+            && core.bytes().skip(1).all(|b| b.is_ascii_lowercase())
+            && !sentence_end
+            && line_word > 1;
         // "TOTP seed …", "MFA setup key (shown once): …": a sentence about a one-time password's
         // seed.
-        if matches!(token, b"totp" | b"otp" | b"mfa" | b"2fa" | b"seed" | b"authenticator") {
+        if matches!(token, b"totp" | b"otp" | b"mfa" | b"2fa" | b"seed" | b"authenticator" | b"unseal") {
             pw_window = 10;
             about_other = false;
         }
@@ -4847,17 +5082,37 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 12;
         }
         login_window = login_window.saturating_sub(1);
+        // A passphrase of words quoted where the sentence states it ("the passphrase … is
+        // \"saffron canyon willow anchor violet\"").
+        if pw_window > 0
+            && let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
+            && !post.contains(q)
+            && let Some((whole, close)) = quoted_run(&raw[pre.len()..], q, rest)
+            && passphrase_words(&whole)
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", &whole));
+            rest = &rest[close..];
+            pw_window = 0;
+            login_window = 0;
+            continue;
+        }
         let said = if pw_window > 0 {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
             let at_value = stated || pre.ends_with(['"', '\'', '`']);
+            // A passphrase of words, where the sentence states it or right after the password's
+            // name (`şifresi river-summit-willow-glacier`, Hindi's `पासवर्ड … है`).
+            let after_name = is_password_key(before);
             stated_secret(core, |w| {
-                strong_credential(w)
-                    || password_like(w)
-                    || base32_seed(w)
-                    || (at_value && stated_value(w))
-                    // Key material, base64 or hex, in a sentence about the secret's value.
-                    || (!about_other && (key_material(w) || long_hex(w)))
+                !dummy(w)
+                    && (strong_credential(w)
+                        || password_like(w)
+                        || base32_seed(w)
+                        || (at_value && stated_value(w))
+                        || ((at_value || after_name) && passphrase_words(w))
+                        // Key material, base64 or hex, in a sentence about the secret's value.
+                        || (!about_other && (key_material(w) || long_hex(w))))
             })
         } else if login_window > 0 {
             stated_secret(core, password_like)
@@ -4927,7 +5182,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         // A word with `=` or `:` inside is a pair, not a key waiting for its value.
-        let lone = !core.contains(['=', ':']);
+        // PowerShell's `$env:HCLOUD_TOKEN = "…"`: the variable's name is the key.
+        let env_name = core.strip_prefix("$env:").or_else(|| core.strip_prefix("$Env:"));
+        let lone = !env_name.unwrap_or(core).contains(['=', ':']);
         if let Some(name) = core.strip_prefix("key=").map(|n| n.trim_matches('"'))
             && is_secret_key(name)
         {
@@ -4938,7 +5195,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (core.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de"))
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
         bare_key = (lone
-            && (is_secret_key(core)
+            && (is_secret_key(env_name.unwrap_or(core))
                 || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
         .then_some(!password);
         // `Schlüssel :` on a wireless network's line: its passphrase, whatever it looks like.
@@ -4963,7 +5220,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             about_other = false;
             pw_line = true;
             pw_polish = ["hasł", "hasl", "Hasł", "Hasl", "HASŁ", "HASL"].iter().any(|h| core.starts_with(h));
-        } else if matches!(l, b"secret" | b"passphrase") {
+        } else if matches!(l, b"secret" | b"passphrase")
+            && !(pre.ends_with(['[', '<']) && post.starts_with([']', '>']))
+        {
             // So for a sentence about another secret ("the VPN shared secret for the DR site
             // is …"); the noun itself, not a name that ends with it (`describe-secret`), nor
             // "token" (a token's accessor, an id, is not one).
@@ -5005,8 +5264,31 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // `auth="Bearer at_…"`, `upstream_http_authorization="Basic …"`, `FLY_API_TOKEN="FlyV1
         // fm2_…"`: a secret's value quoted with a space in it, its first word a scheme (or a
         // short prefix); the word after it is the credential.
-        if let Some(eq) = raw.find(['=', ':'])
+        // `EMAIL_HOST_PASSWORD="zdui oeue ynym tchi"`: a secret's quoted value with spaces in
+        // it, when it is a passphrase of words or an app password.
+        // (Most words hold no `=` or `:`: both rules below are skipped for them at once.)
+        let first_eq = raw.find(['=', ':']);
+        if let Some(eq) = first_eq.filter(|e| raw.as_bytes()[*e] == b'=')
             && eq > 0
+            && let Some(q) = raw[eq + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))
+            && !raw[eq + 2..].contains(q)
+            && is_secret_key(&raw[..eq])
+            && let Some((whole, close)) = quoted_run(&raw[eq + 2..], q, rest)
+            && (passphrase_words(&whole) || app_password(&whole))
+        {
+            out.push_str(&raw[..eq + 2]);
+            out.push_str(&ctx.mask("secret", &whole));
+            rest = &rest[close..];
+            continue;
+        }
+        // (The last key of a word of JSON, too: `req_headers={"Authorization":"Bearer …"}`.)
+        if let Some(eq) = first_eq.and_then(|first| {
+            raw.as_bytes()[first..]
+                .windows(2)
+                .rposition(|p| matches!(p, [b'=' | b':', b'"' | b'\'']))
+                .map(|r| first + r)
+                .or(Some(first))
+        }) && eq > 0
             && let Some(q) = raw[eq + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))
             && !raw[eq + 2..].contains(q)
             && let head = &raw[eq + 2..]
@@ -5016,6 +5298,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && rest.starts_with([' ', '\t'])
         {
             pending = Some((auth_scheme(head).unwrap_or("secret"), !is_secret_key(&raw[..eq])));
+            scheme_quote = Some(q);
             out.push_str(raw);
             continue;
         }
@@ -6343,5 +6626,177 @@ mod tests {
             ("xfreerdp /u:bob /p:Summer2024!", "Summer2024!"),
         ]);
         assert_eq!(redact_secrets("cmdkey /pass:Summer2024!, done"), "cmdkey /pass:[redacted:secret], done");
+    }
+
+    #[test]
+    fn passphrases_of_words_where_a_password_is_stated_or_quoted_after_its_key() {
+        masks_each(&[
+            (
+                "Das Passwort für den Jenkins-Admin ist maple-orbit-lantern-fjord, bitte ändern.",
+                "maple-orbit-lantern-fjord",
+            ),
+            (
+                "prod veritabanı şifresi maple-orbit-lantern-fjord, sonra değiştireceğim",
+                "maple-orbit-lantern-fjord",
+            ),
+            (
+                "gpg --batch --passphrase 'maple orbit lantern fjord' --decrypt a.gpg",
+                "maple orbit lantern fjord",
+            ),
+            (
+                "sqlcmd -S tcp:10.0.0.9 -U sa -P \"maple-orbit-lantern-fjord\" -Q \"SELECT 1\"",
+                "maple-orbit-lantern-fjord",
+            ),
+            ("EMAIL_HOST_PASSWORD=\"qwer tyui opas dfgh\"", "qwer tyui opas dfgh"),
+            (
+                "xcrun notarytool submit a.dmg --apple-id r@x.io --password qwer-tyui-opas-dfgh --wait",
+                "qwer-tyui-opas-dfgh",
+            ),
+            (
+                "the passphrase for the deploy key is \"maple orbit lantern fjord ember\" — ssh-add it",
+                "maple orbit lantern fjord",
+            ),
+        ]);
+        leaves_each(&[
+            "the password is rotated by the vault-agent-sidecar-injector job",
+            "service: fraud-scorer-api-canary (password auth disabled)",
+        ]);
+    }
+
+    #[test]
+    fn a_stand_in_in_brackets_opens_no_sentence_and_a_documented_example_is_no_secret() {
+        leaves_each(&[
+            "Outputs:\n    dbPassword   : [secret]\n    bucketName   : \"identity-cde0ef7\"",
+            "AWS Access Key ID [None]: AKIAIOSFODNN7EXAMPLE",
+        ]);
+    }
+
+    #[test]
+    fn ids_under_sid_site_keys_public_tokens_and_key_vault_references_are_not_secrets() {
+        leaves_each(&[
+            "delivery failed sid=SM7d598ee57fdf3e97f0c40bfe3424d985 to=+31600000000",
+            "Search job sid=scheduler__ana__search__RMD54f4c0f0b62502cf1_at_1741477928_4384 completed",
+            "<div class=\"g-recaptcha\" data-sitekey=\"6LlHU55cAAAAAdpxv6kfoMfSn8fYhmPf0TDoEuD2\"></div>",
+            "clientToken: 'pub8fc7a9efa21ad7f375e7a37b2b5c919d',",
+            "{ \"name\": \"Stripe__ApiKey\", \"value\": \"@Microsoft.KeyVault(VaultName=kv-a;SecretName=stripe-api-key)\" }",
+            "<Reference Include=\"Anchor.Core, Version=8.15.5.0, PublicKeyToken=b77a5c561934e089\" />",
+            "minisign -Vm a.tar.gz -P RWQTAZr7Tw1LPF0LvT23CFetx7gQcR+qsoAKyYWBmrjFNfz1rgySS1y",
+            "untrusted comment: signature from minisign secret key\nRUQMed5Rhps+0ogr+bz4wwZbGNDgppl5zmJFuEcjjG/TsCwhyWrIMiaQpErBBfyaGSRtg9gv5yJp8CnLsanIHve11qfBCurhf55",
+        ]);
+        masks_each(&[("Cookie: sid=Qx3I5SIo05UtSEuhQaRMZsGjm", "Qx3I5SIo05Ut")]);
+    }
+
+    #[test]
+    fn a_sealed_secrets_ciphertext_under_a_keys_name_is_not_key_material() {
+        let c = "AgBp9X+ePRRKSfTJsOV8b7BRel8L5Nz6OFrpb9nfQC+/dYdR2Ao8LdkTixm0X3HOUqlBaBMeAgMVjZdbj9IfmJfAHpBTdFHkFcf/8YPEhYoKQDFKi5/1KKrMSgpLzkKT3JX60r5DZyEvz4X0tSYOvr6TTA9Us";
+        leaves_each(&[&format!("spec:\n  encryptedData:\n    API_KEY: {c}")]);
+    }
+
+    #[test]
+    fn shapes_bitlocker_paseto_and_password_hash_dumps() {
+        masks_each(&[
+            (
+                "BitLocker recovery key: 786731-363781-331287-818070-354497-866646-981046-391314",
+                "786731-363781",
+            ),
+            ("PASETO_LOCAL_KEY=k4.local.fq_fig6WxG0yVngaDtdu__r0z1jTTOubRTjD3i8eJAk", "fq_fig6WxG0yVngaDtdu"),
+            (
+                "svc_sccm:3841:aad3b435b51404eeaad3b435b51404ee:95211334e9eb03532cca7ccb4a0c2f5d:::",
+                "95211334e9eb03532cca",
+            ),
+        ]);
+        assert_eq!(
+            redact_secrets("svc:3841:aad3b435b51404eeaad3b435b51404ee:95211334e9eb03532cca7ccb4a0c2f5d:::"),
+            "svc:3841:[redacted:secret]:::"
+        );
+    }
+
+    #[test]
+    fn credentials_of_more_commands_calls_and_urls_are_masked() {
+        masks_each(&[
+            (
+                "$ mc alias set canary https://s3.a.io minioadmin DVtF4Z5mLyJwiGSsDY1x02WK4Bvxueyz",
+                "DVtF4Z5mLyJwiGSsDY1x",
+            ),
+            ("echo 'Pancake2023%' | kinit svc@EXAMPLE.LOCAL && klist", "Pancake2023%"),
+            (
+                "app.use(cookieParser('CauNeWkMdWfyAdy3AcAezmm9pmDcxp9tQv8Mq8lQYgCjepLD'));",
+                "CauNeWkMdWfyAdy3",
+            ),
+            (
+                "var webhookKey = []byte(\"db8e438f5e574ccae108084abc27324f03ab4159b0e27c7e0513328b69373394\")",
+                "db8e438f5e574cca",
+            ),
+            (
+                "PS C:\\deploy> $env:HCLOUD_TOKEN = \"lWJLITdWn1eLXnULjblXjMSeEGTYVXGY03QUx8KWaOtAmlQs\"",
+                "lWJLITdWn1eLXnUL",
+            ),
+            ("rootpw --plaintext willow128$SUMMIT", "willow128$SUMMIT"),
+            (
+                "skopeo copy --dest-creds 'robot:^xib-YzU=^GwI%ECAH.aS#dnjD%p' docker://a docker://b",
+                "^xib-YzU=^GwI%ECAH",
+            ),
+            (
+                "sepolia: { url: u, accounts: [\"0xfe439ce9736176329a05ea90e6343ccf5156e6f45e0c094bfcfce6924da5a2e2\"] },",
+                "fe439ce97361763",
+            ),
+            (
+                "403 Forbidden (key=Fk0gJVuXDTrlEWt5nAD-qa_WdI2sJ9FJmZFZDVZ9M-R lacks scope write)",
+                "Fk0gJVuXDTrlEWt5",
+            ),
+            (
+                "curl -X POST 'https://func-a.azurewebsites.net/api/Replay?code=CPJUFR7O3DQovj6B6bEX-WN33ZS1y2HLhZ1RXCBw2Xu1nG9lSsSAQZ==' -d @p.json",
+                "CPJUFR7O3DQovj6B",
+            ),
+            (
+                "sent magic link url=https://app.a.co/auth/magic?t=TXTnpt1FAJsOMXywHrq1AOtGMRwEeeEbXfxtpIwL6vw",
+                "TXTnpt1FAJsOMXyw",
+            ),
+            (
+                "req_headers={\"Authorization\":\"Bearer SXCpW7bqD4BEPf-xvRyXJAf8EvodABx7\",\"Content-Type\":\"application/json\"}",
+                "SXCpW7bqD4BEPf",
+            ),
+            (
+                "  <security>\n    shared_key 0p22MbHP0x8gQPTSVkeqJb8vNDTKNAG0\n  </security>",
+                "0p22MbHP0x8gQPTS",
+            ),
+        ]);
+        assert_eq!(
+            redact_secrets(
+                "h={\"Authorization\":\"Bearer SXCpW7bqD4BEPf-xvRyXJAf8EvodABx7\",\"Content-Type\":\"application/json\"}"
+            ),
+            "h={\"Authorization\":\"Bearer [redacted:bearer-token]\",\"Content-Type\":\"application/json\"}"
+        );
+        leaves_each(&["https://app.a.co/help/verify?step=2", "$ mc alias list"]);
+    }
+
+    #[test]
+    fn secrets_announced_in_chat_and_printed_by_tools_are_masked() {
+        masks_each(&[
+            (
+                "[11:18] nikos: share 3 of 5 so we can unseal vault-1 faster: 1fIVPK+BNnu8SmozgZ9fjmZ9YpMSuWM7buYWj96TO8pW",
+                "1fIVPK+BNnu8Smoz",
+            ),
+            (
+                "can someone check whether this Jenkins token is still active?\n110c801c6a2ebc69df7b4198d9cbec13ef\nit was in ledger's config",
+                "110c801c6a2ebc69df7b",
+            ),
+            (
+                "Password for the [elastic] user successfully reset.\nNew value: ruRq0Niys8yaVSnxEazs",
+                "ruRq0Niys8yaVSnxEazs",
+            ),
+            (
+                "$ sudo cat /etc/postfix/sasl_passwd\n[smtp.office365.com]:587 alerts@a.io:marble-thistle-granite-granite",
+                "marble-thistle-granite",
+            ),
+            (
+                "$ cat /etc/mongod/keyfile\n6C04OVgf9594y9Pz4tCoSuEi/pIeF99or49JgCxi1Yz1TID7fkClmMkTrpo89Go8kQW9T0FYh5Wfu78hhTyJk46aIPhCqDU34",
+                "6C04OVgf9594y9Pz",
+            ),
+            (
+                "MNEMONIC=\"bicycle actor cruise cradle agent blossom anchor basket access armor cattle denial\"",
+                "bicycle actor cruise",
+            ),
+        ]);
     }
 }
