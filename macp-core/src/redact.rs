@@ -806,6 +806,8 @@ const SECRET_KEYS: &[&str] = &[
     "app_certificate",
     "creds",
     "rootpw",
+    // Drupal's `hash_salt`.
+    "hash_salt",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -1211,8 +1213,11 @@ fn leading_password_name(k: &str) -> bool {
 fn cjk_glued_value(w: &str) -> Option<usize> {
     let (at, noun) = CJK_PASSWORDS.iter().filter_map(|p| w.find(p).map(|i| (i, *p))).min()?;
     let after = &w[at + noun.len()..];
-    let sep = ['：', ':', '=', '是', '为'].into_iter().find(|c| after.starts_with(*c))?;
+    let sep = ['：', ':', '=', '是', '为', 'は', '는', '은'].into_iter().find(|c| after.starts_with(*c))?;
     let start = at + noun.len() + sep.len_utf8();
+    // In brackets (`パスワードは「Autumn2026?」です`).
+    let start = start
+        + w[start..].chars().next().filter(|c| matches!(c, '「' | '『' | '“')).map_or(0, char::len_utf8);
     // The value is what a password is written in, up to the text around it in the script's own
     // punctuation (`密码：Abc123!，请尽快修改`); prose after the colon (`密码：请联系管理员`) is none.
     let value = &w[start..];
@@ -1247,6 +1252,9 @@ const NOT_SECRET_TOKENS: &[&str] = &[
     "public_key_token",
     "sitekey",
     "site_key",
+    // A WebSocket handshake's nonce, an Active Directory object's security identifier.
+    "sec_websocket_key",
+    "objectsid",
 ];
 
 /// Looks like a credential rather than a word: six characters or more, with a digit or both
@@ -1520,7 +1528,7 @@ fn field_template(w: &str) -> bool {
 }
 
 /// A webhook's signature of its payload: a timestamp and hex MACs (`t=1738468203,v1=9972…`),
-/// or a MAC named for its hash (`sha256=9972…`).
+/// or a MAC named for its hash or its version (`sha256=9972…`, Slack's `v0=…`).
 fn payload_signature(w: &str) -> bool {
     let hex = |s: &str| s.len() >= 32 && s.bytes().all(|b| b.is_ascii_hexdigit());
     let mut parts = w.split(',');
@@ -1529,7 +1537,18 @@ fn payload_signature(w: &str) -> bool {
         .and_then(|t| t.strip_prefix("t="))
         .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
         && parts.all(|p| p.split_once('=').is_some_and(|(k, v)| k.len() <= 3 && hex(v)));
-    stamped || w.split_once('=').is_some_and(|(alg, v)| matches!(alg, "sha1" | "sha256" | "sha512") && hex(v))
+    stamped
+        || w.split_once('=')
+            .is_some_and(|(alg, v)| matches!(alg, "sha1" | "sha256" | "sha512" | "v0" | "v1") && hex(v))
+}
+
+/// A signature by a public key (SNS's `"Signature"`, RSA: 172 characters of base64 or more):
+/// anyone verifies it, no one signs with it.
+fn public_signature(w: &str) -> bool {
+    // (Base64, not hex: a signed URL's `X-Goog-Signature`, hex, lets its holder in.)
+    w.len() >= 128
+        && w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        && w.contains(['+', '/'])
 }
 
 /// Base58 of 64 bytes (86 to 88 characters of Bitcoin's alphabet, no `0`, `O`, `I` or `l`):
@@ -2293,6 +2312,8 @@ fn aws_secret(word: &str) -> Option<&'static str> {
     // (A reCAPTCHA key, `6L…`, is the same length: a site's is in every page it serves.)
     if word.len() == 40
         && !word.starts_with("6L")
+        // (Nor base64 of binary with runs of zero bytes, an `objectSid`.)
+        && !word.contains("AAAAAA")
         && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '/' || c == '+')
         && word.chars().any(|c| c.is_ascii_uppercase())
         && word.chars().any(|c| c.is_ascii_lowercase())
@@ -2444,6 +2465,13 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
             {
                 let m = ctx.mask(secret_kind(pass).unwrap_or("secret"), pass);
                 let host = redact_word(&rest[at..], ctx);
+                // The user too when it is an access key's id (`sqs://AKIA…:…@`), as it is
+                // beside its secret anywhere else.
+                let user = &userinfo[..colon];
+                if secret_kind(user) == Some("aws-access-key") {
+                    let id = ctx.mask("aws-access-key", user);
+                    return format!("{}{id}:{m}{host}", &w[..i + 3]);
+                }
                 return format!("{}{m}{host}", &w[..i + 3 + colon + 1]);
             }
             // A key alone before the host (a Sentry DSN's `https://<key>@o1.ingest.sentry.io/…`,
@@ -2781,7 +2809,13 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         let masked = if sid_id || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
             // (A site key or a public key token, whatever shape its value has.)
             None
-        } else if is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user {
+        } else if named(key.trim_matches(['"', '\'']), &["signature"]) && public_signature(bare) {
+            None
+        } else if (is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user)
+            // (An object under a secret's name, `"auth":{"client_token":…}`, is read inside.)
+            && !value.starts_with('{')
+            && !value.starts_with("[{")
+        {
             value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
         } else if key.trim_matches(['"', '\'', '(']).eq_ignore_ascii_case("key")
             && bare.len() >= 24
@@ -3097,7 +3131,7 @@ fn login_word(l: &[u8]) -> bool {
 /// word ending with its topic or copula particle (`…は`, `…是`, `…는`).
 fn copula(w: &str) -> bool {
     let ascii = |x: &[&str]| x.iter().any(|c| w.eq_ignore_ascii_case(c));
-    (w.len() <= 4 && ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je"]))
+    (w.len() <= 4 && ascii(&["is", "was", "are", "es", "est", "ist", "é", "è", "är", "er", "jest", "je", "là"]))
         // French's "c'est" ("la clé API c'est …").
         || ((5..=7).contains(&w.len()) && ascii(&["c'est", "c’est"]))
         || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
@@ -3530,6 +3564,8 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     // signing secret).
     ("hmac.New", 1, true),
     ("cookieParser", 0, true),
+    // Mailchimp Transactional's PHP client (`new Mandrill('md-…')`).
+    ("Mandrill", 0, true),
 ];
 
 /// The call a word opens (`PDO('mysql:…',`, `Client("SK…",`) when it is one of
@@ -4012,6 +4048,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut last2 = "";
     // `openssl` on this line: its `-K` and `-k` take a key and a password.
     let mut openssl = false;
+    // Inside Magento's `'crypt' => [ … ]`: its `'key'` is the store's encryption key.
+    let mut crypt_block = false;
+    // A `git` command on this line: its `-p` is a patch's or an object's, no password.
+    let mut git_line = false;
     // `ssh-keygen` on this line: its `-N` and `-P` take passphrases.
     let mut ssh_keygen = false;
     // Inside the object a secret's key opened (`"grafana_admin_password": {`, Terraform's
@@ -4075,6 +4115,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             };
             let mut words = line.split_whitespace();
             let first = words.next().unwrap_or("");
+            git_line = shell_command(line).unwrap_or(line).trim_start().starts_with("git ");
             device_line = matches!(
                 first,
                 "radius-server"
@@ -4179,7 +4220,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if raw == "<<<" {
             // The line around it, a few hundred bytes each way (a line of many `<<<` is not read
             // whole for each).
-            let line = format!("{} {}", line_behind(&out), line_ahead(rest, 256));
+            // (Not the here-string itself: `base64 <<< "card-token-batch-937"` reads no token.)
+            let ahead = line_ahead(rest, 256).trim_start();
+            let after = ahead.split_once(char::is_whitespace).map_or("", |(_, a)| a);
+            let line = format!("{} {}", line_behind(&out), after);
             let l = without_placeholders(&line).to_ascii_lowercase();
             herestring_pw = ["passwd", "password", "login", "kinit", " -s ", "secret", "token", "pass "]
                 .iter()
@@ -4247,6 +4291,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         if raw.starts_with('}') {
             secret_object = None;
+        }
+        if raw.starts_with(']') {
+            crypt_block = false;
+        }
+        if core == "crypt" && pre.ends_with(['\'', '"']) {
+            crypt_block = true;
+        }
+        if crypt_block && core == "key" && pre.ends_with(['\'', '"']) {
+            pending = Some(("secret", false));
+            out.push_str(raw);
+            continue;
         }
         if core.is_empty() || core.starts_with("[redacted:") {
             if raw == "{"
@@ -4592,6 +4647,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         let from_file =
             reveal_file && core.len() >= 8 && core.starts_with(|c: char| c.is_ascii_alphanumeric());
         if std::mem::take(&mut reveal_word)
+            && !pre.starts_with(['{', '['])
             && secret_value(core, !from_file)
             && !uuid(core)
             && !core.contains('@')
@@ -4699,13 +4755,37 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
         // `| gh auth login --with-token`).
         if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
-            || (piped && pipe_filter == Some(false) && matches!(core, "login" | "--with-token" | "passwd" | "kinit")))
+            || (piped
+                && pipe_filter == Some(false)
+                && (matches!(core, "login" | "--with-token" | "passwd" | "kinit" | "cryptsetup")
+                    || (core == "create" && before == "secret"))))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
         {
             let m = ctx.mask("secret", &word);
             replace_span(&mut out, (s, e), &m, claimed.as_mut().map(|c| (&mut c.0, &mut c.1)));
+        }
+        // `echo -n 'drizzle uplift hazel falcon' | cryptsetup …`: a quoted passphrase of words
+        // echoed, read whole.
+        // (`echo -n`'s flags come before what it echoes.)
+        if after_echo && matches!(core, "-n" | "-e" | "-ne" | "-en") {
+            out.push_str(raw);
+            continue;
+        }
+        if after_echo
+            && let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
+            && !post.contains(q)
+            && let Some((whole, close)) = quoted_run(&raw[pre.len()..], q, rest)
+            && passphrase_words(&whole)
+        {
+            after_echo = false;
+            out.push_str(pre);
+            let s = out.len();
+            out.push_str(&whole);
+            echoed = Some((s, s + whole.len(), whole));
+            rest = &rest[close..];
+            continue;
         }
         if std::mem::take(&mut after_echo) && secret_value(core, false) && !core.starts_with('-') {
             if std::mem::take(&mut herestring_pw) {
@@ -4724,7 +4804,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             &mut prev_word,
             if matches!(
                 core,
-                "rabbitmqctl" | "htpasswd" | "net" | "cargo" | "snyk" | "wandb" | "ngrok" | "mc"
+                "rabbitmqctl"
+                    | "htpasswd"
+                    | "net"
+                    | "cargo"
+                    | "snyk"
+                    | "wandb"
+                    | "ngrok"
+                    | "mc"
+                    | "b2"
+                    | "bitcoin-cli"
             ) {
                 core
             } else {
@@ -4762,6 +4851,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             net_use = true;
         } else if net_use && core.get(..6).is_some_and(|u| u.eq_ignore_ascii_case("/user:")) {
             // `net use Z: \\host\share /user:DOMAIN\name PASSWORD`.
+            positional = Some(0);
+        } else if command == "b2" && core == "account" {
+            prev_word = "b2";
+        } else if command == "b2" && matches!(core, "authorize" | "authorize-account") {
+            // Backblaze's `b2 account authorize KEY_ID APPLICATION_KEY`.
+            positional = Some(1);
+        } else if command == "bitcoin-cli" && core == "importprivkey" {
             positional = Some(0);
         } else if command == "mc" && core == "alias" {
             // MinIO's `mc alias set NAME URL ACCESS_KEY SECRET_KEY`.
@@ -4900,8 +4996,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // published with the transaction.
             // Nor a webhook's signature of the one payload it came with (`Stripe-Signature:
             // t=…,v1=…`, `X-Hub-Signature-256: sha256=…`): it signs nothing else.
-            let transaction =
-                std::mem::take(&mut signature_key) && (base58_signature(&bare) || payload_signature(&bare));
+            let transaction = std::mem::take(&mut signature_key)
+                && (base58_signature(&bare) || payload_signature(&bare) || public_signature(&bare));
+            // A mount's or a build secret's spec (`--secret id=npmrc,src=…`), an SSM session's
+            // id (`hsato-757d17b981aac192e`): no secrets.
+            let spec = ["id=", "type=", "src=", "source=", "env="].iter().any(|p| bare.starts_with(p))
+                || bare.rsplit_once('-').is_some_and(|(h, t)| {
+                    !h.is_empty() && t.len() == 17 && t.bytes().all(|b| b.is_ascii_hexdigit())
+                });
             // A wireless network's security type under its key's label (`Schlüssel: WPA2-PSK`).
             let security = std::mem::take(&mut wireless_value)
                 && ["WPA", "WEP", "AES", "TKIP", "PSK", "SAE", "802.1X", "NONE"]
@@ -4914,7 +5016,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             } else {
                 secret_value(&bare, weak) || (quote.is_some() && passphrase_words(&bare))
             };
-            if !template && !variable && !transaction && !security && (shape.is_some() || secret) {
+            if !template && !variable && !transaction && !security && !spec && (shape.is_some() || secret) {
                 let masked = ctx.mask(shape.unwrap_or(kind), &bare);
                 for part in [pre, lead, open, masked.as_str(), rest] {
                     out.push_str(part);
@@ -4985,7 +5087,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             snmp = true;
         }
         // SNMPv3's authentication and privacy passphrases, v2c's community.
-        if (secret_flag(core).is_some() && !(core == "-P" && line_so_far_has(&out, "minisign")))
+        if (secret_flag(core).is_some()
+            && !(core == "-P" && line_so_far_has(&out, "minisign"))
+            && !(core == "-p" && git_line))
+            || (core == "-t" && line_so_far_has(&out, "codecov"))
+            || (core == "--value"
+                && ["securestring", "password", "secret", "token"].iter().any(|t| line_so_far_has(&out, t)))
             || (snmp && matches!(core, "-A" | "-X" | "-c"))
             || (openssl && matches!(core, "-K" | "-k"))
             || (ssh_keygen && matches!(core, "-N" | "-P"))
@@ -5184,18 +5291,30 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // A word with `=` or `:` inside is a pair, not a key waiting for its value.
         // PowerShell's `$env:HCLOUD_TOKEN = "…"`: the variable's name is the key.
         let env_name = core.strip_prefix("$env:").or_else(|| core.strip_prefix("$Env:"));
-        let lone = !env_name.unwrap_or(core).contains(['=', ':']);
+        // A .NET configuration path (`Smtp:Password`, `dotnet user-secrets set "Db:Password" …`):
+        // its last name is the key.
+        let config_name = core.rsplit_once(':').and_then(|(head, name)| {
+            let ident = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            (ident(head.split(':').next_back().unwrap_or(head))
+                && head.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':'))
+                && ident(name))
+            .then_some(name)
+        });
+        let key_word = env_name.or(config_name).unwrap_or(core);
+        let lone = !key_word.contains(['=', ':']);
         if let Some(name) = core.strip_prefix("key=").map(|n| n.trim_matches('"'))
             && is_secret_key(name)
         {
             pending = Some(("secret", !is_password_key(name)));
         }
         let password = lone
-            && (is_password_key(core)
+            && (is_password_key(key_word)
                 || (core.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de"))
+                // Vietnamese's `mật khẩu`.
+                || (core == "khẩu" && before.eq_ignore_ascii_case("mật"))
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
         bare_key = (lone
-            && (is_secret_key(env_name.unwrap_or(core))
+            && (is_secret_key(key_word)
                 || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
         .then_some(!password);
         // `Schlüssel :` on a wireless network's line: its passphrase, whatever it looks like.
@@ -5205,6 +5324,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && wireless_line(&out, rest)
         {
             bare_key = Some(false);
+            wireless_value = true;
+        } else if lone
+            && wireless_key(core)
+            && line_words(rest, 64).next().is_some_and(|n| strong_credential(n) || password_like(n))
+            && wireless_line(&out, rest)
+        {
+            // Without its colon (`…, Schlüssel Fall2023@`): a credential-looking next word.
+            pending = Some(("secret", true));
             wireless_value = true;
         }
         if password {
@@ -6798,5 +6925,76 @@ mod tests {
                 "bicycle actor cruise",
             ),
         ]);
+    }
+
+    #[test]
+    fn signatures_nonces_ids_specs_and_revealed_json_are_not_secrets() {
+        leaves_each(&[
+            "X-Slack-Signature: v0=0b7f4e1c2d9a8b3c6e5f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+            "{\"type\":\"response\",\"auth\":{\"client_token\":\"hmac-sha256:93d9a005a51d94c81fbfe5157fe59a60a516b14271fa3428a37f62934fcc90fb\",\"policies\":[\"default\"]}}",
+            "Upgrade: websocket\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13",
+            "objectSid:: AQUAAAAAAAUVAAAAosbw1Is2Cv5S+xbDFz9IcTPJ",
+            "# build with: docker buildx build --secret id=npmrc,src=$HOME/.npmrc .",
+            "$ vault write transit/encrypt/ledger-sync plaintext=$(base64 <<< \"card-token-batch-937\")",
+            "Starting session with SessionId: hsato-757d17b981aac192e",
+            "$ git cat-file -p HEAD^{tree}",
+            "$ echo 'eyJhbGciOiJSUzI1NiIsImtpZCI6IjIwMjUtMDQtcm90In0' | base64 -d\n{\"alg\":\"RS256\",\"kid\":\"2025-04-rot\"}",
+        ]);
+        let sns = format!(
+            "{{\"Type\":\"Notification\",\"SignatureVersion\":\"1\",\"Signature\":\"{}\"}}",
+            "Ab+/cD3e".repeat(22)
+        );
+        leaves_each(&[&sns]);
+        masks_each(&[(
+            "https://storage.googleapis.com/a/b.pdf?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=0b7f4e1c2d9a8b3c6e5f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d0b7f4e1c2d9a8b3c6e5f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d",
+            "0b7f4e1c2d9a8b3c6e5f1a2b",
+        )]);
+    }
+
+    #[test]
+    fn credentials_of_echoed_passphrases_cli_logins_and_config_paths_are_masked() {
+        masks_each(&[
+            (
+                "echo -n \"drizzle uplift hazel orbit copper\" | sudo cryptsetup luksOpen /dev/nvme1n1 data -",
+                "drizzle uplift hazel",
+            ),
+            ("echo \"~UE5x6K&_Kyl9G1=jiI~w&\" | docker secret create inventory_root_pw -", "~UE5x6K&_Kyl9G1"),
+            (
+                "b2 account authorize 000373deef62ab695bd9dcde3 K00GqPb6ilPkR42XhYWO-rwElx29C7-",
+                "K00GqPb6ilPkR42X",
+            ),
+            (
+                "bitcoin-cli importprivkey LEJtD7Lfhb37XUMs482sCeDkCPA6uoTopEexq9nPmy11xyrYTqKg \"hot\" false",
+                "LEJtD7Lfhb37XUMs",
+            ),
+            ("$mandrill = new Mandrill('md-WM7cRGuxMgC9G0g9AianfL');", "md-WM7cRGuxMgC9G"),
+            (
+                "bash <(curl -s https://codecov.io/bash) -t 87f6dd7d-24be-4ae7-bb5d-a33b6bf1af68 -F unit",
+                "87f6dd7d-24be-4ae7",
+            ),
+            ("dotnet user-secrets set \"Smtp:Password\" \"Priya1994.\"", "Priya1994"),
+            ("Successfully saved Smtp:Password = Priya1994. to the secret store.", "Priya1994"),
+            ("本番DBの管理者パスワードは「Autumn2026?」です。", "Autumn2026?"),
+            ("mật khẩu tài khoản admin là Spring2026*, xong sự cố mình sẽ đổi", "Spring2026*"),
+            ("WLAN im Rechenzentrum: SSID nimbus-DC, Schlüssel Fall2023@", "Fall2023@"),
+            ("$settings['hash_salt'] = 'CBM60h2qZv12P_NKSWIutN2XtsfEQ76DSvBGhmf2jihgx';", "CBM60h2qZv12P_NK"),
+            (
+                "aws ssm put-parameter --name /a/DB_PASSWORD --type SecureString --overwrite --value 'Caa7*k=LPkNBcrxDz#s'",
+                "Caa7*k=LPkNB",
+            ),
+            ("'crypt' => [\n    'key' => 'bf0c28992b0ee7df2bef80910e92d6a1'\n],", "bf0c28992b0ee7df"),
+        ]);
+        leaves_each(&["'cache' => ['key' => 'abc123def']", "echo -n 'hello world' | wc -c"]);
+    }
+
+    #[test]
+    fn an_access_key_as_a_urls_user_goes_with_its_secret() {
+        let t =
+            "CELERY_BROKER_URL = \"sqs://AKIAUMRXRAABYXRDZMOD:Zq8rT2mW9vLx4NpK7sHdQ1yBa3Jc5Ke6Lf7Mg8Nh@\"";
+        let out = stable_each(&[t]);
+        assert_eq!(
+            out[0],
+            "CELERY_BROKER_URL = \"sqs://[redacted:aws-access-key]:[redacted:aws-secret-key]@\""
+        );
     }
 }
