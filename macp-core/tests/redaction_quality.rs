@@ -179,9 +179,13 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// recall 0.9000 (315 of 350), false positives 2.50% (10 of 400); tuned on since, 0.9971 and
 /// 0.00%, and a development set since. The twelfth, first measured with the rules tuned on
 /// eleven sets (9769ceb): recall 0.9600 (336 of 350), false positives 2.50% (10 of 400); tuned
-/// on since, 0.9971 and 0.00%.
-const NEVER_TUNED: [(&str, &str, f64, f64); 1] =
-    [("twelfth", include_str!("redaction-twelfth.jsonl"), 0.99, 0.0)];
+/// on since, 0.9971 and 0.00%, held there until it joins the development sets. The thirteenth,
+/// first measured with the rules tuned on twelve sets (c3a1a44) and never tuned on: recall
+/// 0.9714 (340 of 350), false positives 2.50% (10 of 400).
+const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
+    ("twelfth", include_str!("redaction-twelfth.jsonl"), 0.99, 0.0),
+    ("thirteenth", include_str!("redaction-thirteenth.jsonl"), 0.97, 0.025),
+];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
 /// then does not read it); `<private>` spans are still removed.
