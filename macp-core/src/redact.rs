@@ -1333,12 +1333,14 @@ fn password_like(w: &str) -> bool {
         && !placeholder(w)
 }
 
-/// A quoted value that goes on past its first word: `first`, then `rest` up to the closing
-/// quote `q` on the same line (within a few hundred bytes); the value, and where its closing
-/// quote is in `rest`.
-fn quoted_run(first: &str, q: char, rest: &str) -> Option<(String, usize)> {
+/// A quoted passphrase that goes on past its first word (`'saffron harbor tundra violet'`,
+/// `"zdui oeue ynym tchi"`): `first`, then `rest` up to the closing quote `q` on the same line
+/// (within a few hundred bytes), when that is a passphrase of words or an app password; the
+/// value, and where its closing quote is in `rest`.
+fn quoted_passphrase(first: &str, q: char, rest: &str) -> Option<(String, usize)> {
     let close = line_ahead(rest, 256).find(q)?;
-    Some((format!("{first}{}", &rest[..close]), close))
+    let whole = format!("{first}{}", &rest[..close]);
+    (passphrase_words(&whole) || app_password(&whole)).then_some((whole, close))
 }
 
 /// Words joined as people make passphrases (`river-summit-willow-glacier`, `saffron harbor
@@ -4776,8 +4778,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if after_echo
             && let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
             && !post.contains(q)
-            && let Some((whole, close)) = quoted_run(&raw[pre.len()..], q, rest)
-            && passphrase_words(&whole)
+            && let Some((whole, close)) = quoted_passphrase(&raw[pre.len()..], q, rest)
         {
             after_echo = false;
             out.push_str(pre);
@@ -4973,8 +4974,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // it is a passphrase of words.
             if let Some(q) = quote
                 && !tail.contains(q)
-                && let Some((whole, close)) = quoted_run(bare_end, q, rest)
-                && (passphrase_words(&whole) || app_password(&whole))
+                && let Some((whole, close)) = quoted_passphrase(bare_end, q, rest)
             {
                 for part in [pre, lead, open] {
                     out.push_str(part);
@@ -4999,11 +4999,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let transaction = std::mem::take(&mut signature_key)
                 && (base58_signature(&bare) || payload_signature(&bare) || public_signature(&bare));
             // A mount's or a build secret's spec (`--secret id=npmrc,src=…`), an SSM session's
-            // id (`hsato-757d17b981aac192e`): no secrets.
+            // id (`hsato-757d17b981aac192e`, under `SessionId:`): no secrets. (Under a password's
+            // name a value of that shape is the password.)
             let spec = ["id=", "type=", "src=", "source=", "env="].iter().any(|p| bare.starts_with(p))
-                || bare.rsplit_once('-').is_some_and(|(h, t)| {
-                    !h.is_empty() && t.len() == 17 && t.bytes().all(|b| b.is_ascii_hexdigit())
-                });
+                || weak
+                    && bare.rsplit_once('-').is_some_and(|(h, t)| {
+                        !h.is_empty() && t.len() == 17 && t.bytes().all(|b| b.is_ascii_hexdigit())
+                    });
             // A wireless network's security type under its key's label (`Schlüssel: WPA2-PSK`).
             let security = std::mem::take(&mut wireless_value)
                 && ["WPA", "WEP", "AES", "TKIP", "PSK", "SAE", "802.1X", "NONE"]
@@ -5194,8 +5196,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if pw_window > 0
             && let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
             && !post.contains(q)
-            && let Some((whole, close)) = quoted_run(&raw[pre.len()..], q, rest)
-            && passphrase_words(&whole)
+            && let Some((whole, close)) = quoted_passphrase(&raw[pre.len()..], q, rest)
         {
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", &whole));
@@ -5400,8 +5401,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && let Some(q) = raw[eq + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))
             && !raw[eq + 2..].contains(q)
             && is_secret_key(&raw[..eq])
-            && let Some((whole, close)) = quoted_run(&raw[eq + 2..], q, rest)
-            && (passphrase_words(&whole) || app_password(&whole))
+            && let Some((whole, close)) = quoted_passphrase(&raw[eq + 2..], q, rest)
         {
             out.push_str(&raw[..eq + 2]);
             out.push_str(&ctx.mask("secret", &whole));
@@ -6996,5 +6996,11 @@ mod tests {
             out[0],
             "CELERY_BROKER_URL = \"sqs://[redacted:aws-access-key]:[redacted:aws-secret-key]@\""
         );
+    }
+
+    #[test]
+    fn a_password_shaped_like_an_ssm_session_id_is_still_masked() {
+        masks_each(&[("password: deploy-757d17b981aac192e", "deploy-757d17b981aac192e")]);
+        leaves_each(&["Starting session with SessionId: hsato-757d17b981aac192e"]);
     }
 }
