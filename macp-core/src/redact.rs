@@ -755,6 +755,8 @@ const SECRET_KEYS: &[&str] = &[
     // `OTEL_EXPORTER_OTLP_HEADERS`).
     "private_key_id",
     "honeycomb_team",
+    // Fastly's API token header (`Fastly-Key: …`).
+    "fastly_key",
     "key_data",
     "oauth2_proxy",
     // Passwords by other names, and keys named for what they unlock (WireGuard's `PrivateKey`,
@@ -1344,9 +1346,10 @@ fn quoted_passphrase(first: &str, q: char, rest: &str) -> Option<(String, usize)
 }
 
 /// Words joined as people make passphrases (`river-summit-willow-glacier`, `saffron harbor
-/// tundra violet`): four or more, each of three to ten lower-case letters.
+/// tundra violet`, `cobalt.quantum.whisper.neutral`): four or more, each of three to ten
+/// lower-case letters.
 fn passphrase_words(w: &str) -> bool {
-    let sep = if w.contains(' ') { ' ' } else { '-' };
+    let sep = [' ', '-', '.'].into_iter().find(|c| w.contains(*c)).unwrap_or('-');
     let mut n = 0;
     w.len() >= 15
         && w.split(sep).all(|p| {
@@ -1357,15 +1360,22 @@ fn passphrase_words(w: &str) -> bool {
 }
 
 /// An app password as Apple and Google show them: four groups of four lower-case letters
-/// (`imll-hcfo-xcqw-zhdf`, `zdui oeue ynym tchi`).
+/// (`imll-hcfo-xcqw-zhdf`, `zdui oeue ynym tchi`); as WordPress does, six groups of four
+/// letters and digits (`5YAu Th6g 6MUj 7cYJ 3nIX HmS7`).
 fn app_password(w: &str) -> bool {
     let b = w.as_bytes();
-    b.len() == 19
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| if i % 5 == 4 { *c == b'-' || *c == b' ' } else { c.is_ascii_lowercase() })
-        && b[4] == b[9]
-        && b[9] == b[14]
+    let wordpress = b.len() == 29
+        && b.iter().enumerate().all(|(i, c)| if i % 5 == 4 { *c == b' ' } else { c.is_ascii_alphanumeric() })
+        && b.iter().any(u8::is_ascii_digit)
+        && b.iter().any(u8::is_ascii_uppercase)
+        && b.iter().any(u8::is_ascii_lowercase);
+    wordpress
+        || b.len() == 19
+            && b.iter()
+                .enumerate()
+                .all(|(i, c)| if i % 5 == 4 { *c == b'-' || *c == b' ' } else { c.is_ascii_lowercase() })
+            && b[4] == b[9]
+            && b[9] == b[14]
 }
 
 /// Unmistakably not a word: eight characters or more with upper and lower case and a digit.
@@ -1405,8 +1415,9 @@ fn placeholder(w: &str) -> bool {
     let starts = |p: &str| w.len() >= p.len() && w.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes());
     w.is_empty()
         || w == "*"
-        // A password hash (`$apr1$…`) is not a variable.
-        || (w.starts_with('$') && !crypt_hash(w))
+        // A password hash (`$apr1$…`) is not a variable, nor is a value whose name would run
+        // into symbols no reference has (`$sx6a9o8tf(cow)…*^`, a Django key).
+        || (w.starts_with('$') && !crypt_hash(w) && !symbols_after_name(&w[1..]))
         || w.starts_with("{{")
         // The rest of a template (`{{ .Data.data.password }}@host`).
         || w.starts_with("}}")
@@ -1427,7 +1438,8 @@ fn placeholder(w: &str) -> bool {
         || w.starts_with("ENC[")
         || w.starts_with("#{")
         || w.starts_with("%%")
-        || w.starts_with('!')
+        // A YAML tag (`!Ref`, `!vault`, `!!binary`), not a password led by `!` (`!LCO1k.hZ…#`).
+        || yaml_tag(w)
         // A diff's added line, a phone number; not a key whose base64 starts with `+`, nor a
         // password that does (`-p '+nA_^hU!#^Esy%7BLv'`: letters, a digit and another symbol).
         || (w.starts_with('+') && !key_material(w) && !symbolic(&w[1..]) && !cased_word_number(&w[1..]))
@@ -1465,6 +1477,22 @@ fn placeholder(w: &str) -> bool {
         || regex(w)
         // Gzip's magic number in base64: compressed data (a Helm release), not a credential.
         || w.starts_with("H4sI")
+}
+
+/// A YAML tag: `!` or `!!`, then a name (`!Ref`, `!GetAtt`, `!vault`, `!encrypted/pkcs1-oaep`).
+fn yaml_tag(w: &str) -> bool {
+    let name = w.strip_prefix("!!").or_else(|| w.strip_prefix('!'));
+    name.is_some_and(|n| {
+        n.starts_with(|c: char| c.is_ascii_alphabetic())
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | ':'))
+    })
+}
+
+/// After `$`, a name run into a symbol that no shell, PHP or template reference puts there
+/// (`sx6a9o8tf(cow…`, `k*^…`): a value that starts with `$`, not a variable.
+fn symbols_after_name(w: &str) -> bool {
+    let name = w.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(w.len());
+    name > 0 && w[name..].starts_with(['(', '*', '^', '!', '#', '%', '&', '~'])
 }
 
 /// Formats and encodings joined (`gzip+base64`, `json+base64`): how data is written down.
@@ -1700,6 +1728,10 @@ fn public(w: &str) -> bool {
     ["pk.eyJ", "pk_live_", "pk_test_"].iter().any(|p| w.starts_with(p))
         // Datadog's browser client token (`pub` and 32 hex digits), in every page it serves.
         || (w.len() == 35 && w.starts_with("pub") && w[3..].bytes().all(|b| b.is_ascii_hexdigit()))
+        // A GitHub App's OAuth client id (`Iv1.` and 16 hex digits, or `Iv23` and 16 more),
+        // shown on its public settings page and sent in every authorize URL.
+        || (w.len() == 20 && w.starts_with("Iv1.") && w[4..].bytes().all(|b| b.is_ascii_hexdigit()))
+        || (w.len() == 20 && w.starts_with("Iv23") && w[4..].bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// A secret encrypted for storage, which only its key opens (a Sealed Secret's
@@ -1713,14 +1745,21 @@ fn ciphertext(w: &str) -> bool {
 
 /// A call that fetches a secret (`os.environ.get("X")`, `getenv('X')`): an identifier path
 /// before the first `(`, not cased at random as a password is (`iQlH(PH131…`: code ends a
-/// name on a lower-case letter or a run of capitals, `HTTPBasicAuth`, `toJSON`).
+/// name on a lower-case letter or a run of capitals, `HTTPBasicAuth`, `toJSON`); its
+/// arguments closed by a bracket that ends it or leads on (`.get()`, `[0]`), not letters run on
+/// past it (`tf(cow)bjg)u_(l0…`, a Django key).
 fn call(w: &str) -> bool {
-    w.split_once('(').is_some_and(|(f, _)| {
+    w.split_once('(').is_some_and(|(f, args)| {
         let b = f.as_bytes();
         let random =
             b.len() >= 2 && b[b.len() - 1].is_ascii_uppercase() && b[b.len() - 2].is_ascii_lowercase();
+        let runs_on = args
+            .find(')')
+            .and_then(|c| args[c + 1..].chars().next())
+            .is_some_and(|c| c.is_ascii_alphanumeric());
         !f.is_empty()
             && !random
+            && !runs_on
             && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
     })
 }
@@ -1748,8 +1787,26 @@ fn dummy(w: &str) -> bool {
         body.iter().all(|b| *b == first || *b == second)
     };
     let has = |d: &str| w.as_bytes().windows(d.len()).any(|x| x.eq_ignore_ascii_case(d.as_bytes()));
-    few || ["your", "here", "example", "xxxx", "changeme", "placeholder", "dummy"].iter().any(|d| has(d))
+    few || [
+        "your",
+        "here",
+        "example",
+        "xxxx",
+        "changeme",
+        "placeholder",
+        "dummy",
+        "not-a-real",
+        "not_a_real",
+        "fake",
+    ]
+    .iter()
+    .any(|d| has(d))
+        || w.contains(JWT_IO_SAMPLE)
 }
+
+/// The payload of jwt.io's sample token (`{"sub":"1234567890","name":"John Doe",…}`), printed
+/// in every JWT tutorial: a documentation example, as `AKIAIOSFODNN7EXAMPLE` is AWS's.
+const JWT_IO_SAMPLE: &str = ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.";
 
 /// Characters that wrap a word without being part of it: quotes and brackets on both sides,
 /// and sentence punctuation after it.
@@ -1817,7 +1874,8 @@ fn shape(word: &str) -> Option<&'static str> {
     if let Some(kind) = vendor_token(word) {
         return Some(kind);
     }
-    if word.starts_with("https://hooks.slack.com/services/") && word.len() > 45 {
+    // (Not one a scanner printed masked, `…/T0****/B0****/****`.)
+    if word.starts_with("https://hooks.slack.com/services/") && word.len() > 45 && !word.contains("**") {
         return Some("slack-webhook");
     }
     // OpenAI (`sk-`, `sk-proj-`), Anthropic (`sk-ant-`), Stripe secret and restricted keys,
@@ -2333,6 +2391,14 @@ fn value_of_key(value: &str, weak: bool, ctx: &mut Ctx<'_>) -> Option<String> {
     if let Some(k) = secret_kind(bare) {
         return ctx.mask_on(k, bare);
     }
+    // ODBC's braces around a password with `;` or symbols in it (`Pwd={xwrg^P_ih~…};`): the
+    // password inside them, the braces kept.
+    if let Some(inner) = odbc_braced(bare)
+        && !weak
+        && secret_value(inner, false)
+    {
+        return ctx.mask_on("secret", inner).map(|m| format!("{{{m}}}"));
+    }
     if !secret_value(bare, weak) {
         return None;
     }
@@ -2354,6 +2420,13 @@ fn secret_value(v: &str, weak: bool) -> bool {
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
     let number = v.chars().all(|c| c.is_ascii_digit());
     !v.is_empty() && !word && !number
+}
+
+/// What ODBC's braces hold (`{xwrg^P_ih~…}`): a value, not an object (no `:`, `"` or `,`).
+fn odbc_braced(v: &str) -> Option<&str> {
+    v.strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .filter(|inner| inner.len() >= 4 && !inner.contains(['{', '}', '"', ':', ',', ' ']))
 }
 
 /// `s` with its placeholders taken out: their kinds (`[redacted:api-key]`, `…:secret]`) are
@@ -2811,11 +2884,14 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         let masked = if sid_id || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
             // (A site key or a public key token, whatever shape its value has.)
             None
-        } else if named(key.trim_matches(['"', '\'']), &["signature"]) && public_signature(bare) {
+        } else if named(key.trim_matches(['"', '\'']), &["signature"])
+            && (public_signature(bare) || payload_signature(bare))
+        {
+            // (Nor a webhook's signature of its one payload, `X-Slack-Signature=v0=…`.)
             None
         } else if (is_secret_key(key) || (ctx.jwk && jwk_private(key)) || jaas_user)
             // (An object under a secret's name, `"auth":{"client_token":…}`, is read inside.)
-            && !value.starts_with('{')
+            && (!value.starts_with('{') || odbc_braced(value).is_some())
             && !value.starts_with("[{")
         {
             value_of_key(value, !is_password_key(key) && !jaas_user, ctx)
@@ -2846,6 +2922,10 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             && !pass.contains('/')
             && credential_like(pass)
             && !digest(host)
+            // An id's label (iCalendar's `UID:…@google.com`), an AWS role's unique id before
+            // its session's name (`AROA…:kwame98@medibook.co`): no user before a password.
+            && !["uid", "id", "userid", "user_id"].iter().any(|n| key.eq_ignore_ascii_case(n))
+            && !(key.len() == 21 && ["AROA", "AIDA"].iter().any(|p| key.starts_with(p)))
         {
             // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
             // `name:tag@sha256:…`.
@@ -3488,6 +3568,13 @@ fn recovery_code(w: &str) -> bool {
     b.len() >= 8 && changes >= 2
 }
 
+/// A group of a code written for people to type: four letters and digits, one case.
+fn code_group(w: &str) -> bool {
+    w.len() == 4
+        && (w.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            || w.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+}
+
 /// Half of a Google backup code (`7165 4207`): four digits.
 fn code_half(w: &str) -> bool {
     w.len() == 4 && w.bytes().all(|b| b.is_ascii_digit())
@@ -3717,7 +3804,16 @@ fn reveals_secret(cmd: &str) -> bool {
     // A placeholder's kind (`echo [redacted:aws-access-key]`) names no secret read, and a public
     // key (`cat ~/.ssh/deploy_key.pub`) is none.
     let l = without_placeholders(cmd).to_ascii_lowercase();
-    let l = l.split(' ').filter(|w| !w.ends_with(".pub")).collect::<Vec<_>>().join(" ");
+    // Nor is a file encrypted at rest printed as it is (`cat config/credentials.yml.enc`),
+    // unless piped to what decrypts it.
+    let piped = l.contains('|');
+    let l = l
+        .split(' ')
+        .filter(|w| {
+            !w.ends_with(".pub") && (piped || ![".enc", ".gpg", ".age"].iter().any(|e| w.ends_with(e)))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
     let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
     // Generators of keys and passwords (`wg genkey`, `consul keygen`, `kubeadm token create`,
     // bytes from `/dev/urandom`), not `ssh-keygen`, which prints a public key and a fingerprint.
@@ -3794,6 +3890,9 @@ fn reads_secret_file(cmd: &str) -> bool {
             let name = w.rsplit(['/', '\\']).next().unwrap_or(w);
             ["secret", "key", "token", "pass", "cookie", "cred", "pwd"].iter().any(|t| name.contains(t))
                 && ![".pub", ".crt", ".cer", ".csr"].iter().any(|e| name.ends_with(e))
+                // Rails' `credentials.yml.enc`, `secrets.gpg`, `*.age`: ciphertext, which only
+                // its key opens (unless piped to what decrypts it).
+                && (cmd.contains('|') || ![".enc", ".gpg", ".age"].iter().any(|e| name.ends_with(e)))
         })
 }
 
@@ -4555,6 +4654,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(post);
                 continue;
             }
+            // A code in groups of four (`mhbn k6fo lles he4e`): the groups on its line, digits
+            // in two of them at least (words of four letters have none).
+            if code_group(core) {
+                let groups = || line_words(rest, 8).take(7).take_while(|g| code_group(g));
+                let digits = groups().chain([core]).filter(|g| g.bytes().any(|c| c.is_ascii_digit())).count();
+                if groups().count() >= 3 && digits >= 2 {
+                    seed_run = groups().count() as u8;
+                    out.push_str(pre);
+                    out.push_str(&ctx.mask("secret", core));
+                    out.push_str(post);
+                    continue;
+                }
+            }
             if codes == 2 {
                 codes = 0;
             }
@@ -4574,7 +4686,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         // An OTP seed in groups of four, in a sentence about one.
-        if seed_run > 0 && base32_group(core) {
+        if seed_run > 0 && (base32_group(core) || code_group(core)) {
             seed_run -= 1;
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
@@ -4988,7 +5100,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 Some(k) if k > 0 => (format!("{bare_end}{}", &tail[..k]), &tail[k..]),
                 _ => (bare_end.to_owned(), tail.as_str()),
             };
-            let template = placeholder(raw.trim_start_matches(['"', '\'']))
+            // A quoted passphrase of dotted words is no reference (`'cobalt.quantum.whisper…'`).
+            let words = quote.is_some() && passphrase_words(&bare) && !dummy(&bare);
+            let template = !words && placeholder(raw.trim_start_matches(['"', '\'']))
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
                 || (core.starts_with("--") && core[2..].starts_with(|c: char| c.is_ascii_alphabetic()));
             let variable = std::mem::take(&mut key_quoted) && quote.is_none() && variable(&bare);
@@ -5016,7 +5130,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let secret = if kind == "bearer-token" {
                 credential_like(&bare)
             } else {
-                secret_value(&bare, weak) || (quote.is_some() && passphrase_words(&bare))
+                secret_value(&bare, weak)
+                    || words
+                    // A quoted literal after a password's flag, dotted or not (`cqlsh -p
+                    // 'nectar.copper6284'`): no host or topic is quoted there.
+                    || (quote.is_some() && secret_flag(before).is_some() && credential_like(&bare))
             };
             if !template && !variable && !transaction && !security && !spec && (shape.is_some() || secret) {
                 let masked = ctx.mask(shape.unwrap_or(kind), &bare);
@@ -5049,11 +5167,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             sql_tool = true;
         }
         // `sqlplus user/password@db`, `user/password@//host:1521/SERVICE`: Oracle's login.
-        // In a JDBC URL, after its driver's name (`jdbc:oracle:thin:user/password@//host…`).
+        // In a JDBC URL, after its driver's name (`jdbc:oracle:thin:user/password@//host…`), and
+        // the URL as a key's value (`url=jdbc:oracle:thin:…`).
         if let Some((head, tail)) = core.split_once('/')
             && let Some((pass, host)) = tail.split_once('@')
-            && let user =
-                if head.starts_with("jdbc:oracle:") { head.rsplit(':').next().unwrap_or(head) } else { head }
+            && let login = head.rsplit('=').next().unwrap_or(head)
+            && let user = if login.starts_with("jdbc:oracle:") {
+                login.rsplit(':').next().unwrap_or(login)
+            } else {
+                login
+            }
             && (sql_tool || host.starts_with("//"))
             && !user.is_empty()
             && user.chars().all(|c| c.is_ascii_alphanumeric() || "_$#".contains(c))
@@ -5065,6 +5188,20 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(&ctx.mask("secret", pass));
             out.push_str(&core[head.len() + 1 + pass.len()..]);
             out.push_str(post);
+            continue;
+        }
+        // `curl --user "name:5YAu Th6g …"`: an app password of groups, to its closing quote.
+        if user_flag
+            && let Some(cut) = core.find(':')
+            && let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
+            && !post.contains(q)
+            && let Some((whole, close)) = quoted_passphrase(&core[cut + 1..], q, rest)
+        {
+            out.push_str(pre);
+            out.push_str(&core[..=cut]);
+            out.push_str(&ctx.mask("secret", &whole));
+            rest = &rest[close..];
+            user_flag = false;
             continue;
         }
         if std::mem::take(&mut user_flag)
@@ -5314,7 +5451,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 // Vietnamese's `mật khẩu`.
                 || (core == "khẩu" && before.eq_ignore_ascii_case("mật"))
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
+        // Not an object's value (`"eventName": "DeleteAccessKey",`): a quoted word after a
+        // key's colon, closed by a comma. (PHP's `define( 'AUTH_KEY', '…' )` names one.)
         bare_key = (lone
+            && !(post.contains(',')
+                && pre.ends_with(['"', '\''])
+                && out.trim_end_matches([' ', '\t']).ends_with(':'))
             && (is_secret_key(key_word)
                 || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
         .then_some(!password);
@@ -5348,7 +5490,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             about_other = false;
             pw_line = true;
             pw_polish = ["hasł", "hasl", "Hasł", "Hasl", "HASŁ", "HASL"].iter().any(|h| core.starts_with(h));
-        } else if matches!(l, b"secret" | b"passphrase")
+        } else if (matches!(l, b"secret" | b"passphrase")
+            // "passphrase-protected, it's \"…\"": the compound names one too.
+            || core.split_once('-').is_some_and(|(h, t)| {
+                ["passphrase", "password"].iter().any(|p| h.eq_ignore_ascii_case(p))
+                    && t.bytes().all(|b| b.is_ascii_lowercase())
+            }))
             && !(pre.ends_with(['[', '<']) && post.starts_with([']', '>']))
         {
             // So for a sentence about another secret ("the VPN shared secret for the DR site
@@ -7002,5 +7149,88 @@ mod tests {
     fn a_password_shaped_like_an_ssm_session_id_is_still_masked() {
         masks_each(&[("password: deploy-757d17b981aac192e", "deploy-757d17b981aac192e")]);
         leaves_each(&["Starting session with SessionId: hsato-757d17b981aac192e"]);
+    }
+
+    #[test]
+    fn a_quoted_literal_is_no_call_variable_or_yaml_tag() {
+        masks_each(&[
+            ("SECRET_KEY = '$k2b9q(x)wd)p_(z0mtr)ce7uv4519)ao*^hqs3y*^'", "k2b9q(x)wd)p_"),
+            ("SECRET_KEY = 'n4w8f(abc)qz_r7(t)m*^k2hhd9xw81'", "n4w8f(abc)qz_r"),
+            ("    password: \"!QmZ4t.Lw9pRvX#a\"", "QmZ4t.Lw9pRvX"),
+        ]);
+        leaves_each(&[
+            "password: $DB_PASSWORD",
+            "token = os.environ.get(\"API_TOKEN\").strip()",
+            "password: !vault |",
+            "DbPassword: !Ref DatabasePassword",
+        ]);
+    }
+
+    #[test]
+    fn a_quoted_dotted_value_after_a_password_flag_is_masked() {
+        masks_each(&[
+            ("gpg --batch --passphrase 'amber.violet.canyon.spruce.meadow' -d x.gpg", "amber.violet.canyon"),
+            ("cqlsh db-3 9042 -u admin -p 'orchid.maple7731' --ssl", "orchid.maple7731"),
+            (
+                "the backup key is passphrase-protected, it's \"ember canyon quartz meadow\"",
+                "ember canyon quartz",
+            ),
+        ]);
+        leaves_each(&["kafka-console-consumer --topic 'orders.events.created.v2' --from-beginning"]);
+    }
+
+    #[test]
+    fn odbc_braced_passwords_jdbc_urls_as_values_and_app_password_groups_are_masked() {
+        masks_each(&[
+            ("Server=tcp:db,1433;Uid=etl;Pwd={p9^Q_zx~Lm2Wv8rT};Encrypt=yes;", "p9^Q_zx~Lm2Wv8rT"),
+            ("  url=jdbc:oracle:thin:APP_USER/Tq8Lm2Zx9Vb4Nc@//ora.example.net:1521/PDB1", "Tq8Lm2Zx9Vb4Nc"),
+            (
+                "curl --user \"jdoe:Ab3d Ef4h Ij5K mN6p Qr7S tU8v\" https://blog.example.com/wp-json",
+                "Ab3d Ef4h",
+            ),
+            ("backup code (one-time): qd7k m2xn 9rpt vw4z — 3 of 10 used", "qd7k"),
+            (
+                "curl -H 'Fastly-Key: Kq3Zx8Vb2Nc7Lm4Tp9Rw1Ys6Ua5Od0Ie' https://api.fastly.com/purge",
+                "Kq3Zx8Vb2Nc7",
+            ),
+        ]);
+        leaves_each(&[
+            "Driver={ODBC Driver 18 for SQL Server};Server=tcp:db,1433;",
+            "backup codes: see the vault",
+        ]);
+    }
+
+    #[test]
+    fn audit_log_values_ids_before_at_signs_and_ciphertext_files_are_not_secrets() {
+        leaves_each(&[
+            "{\"eventName\": \"DeleteAccessKey\", \"awsRegion\": \"us-east-1\"}",
+            "{\"methodName\": \"CreateServiceAccountKey\", \"authenticationInfo\": {\"principalEmail\": \"a@b.co\"}}",
+            "UID:496e9531c3d8d297748a6c204e@google.com",
+            "\"UserId\": \"AROAJIPTF2CIHRWNO7ITH:kwame98@example.co\",",
+            "$ cat config/credentials/production.yml.enc\nA+ducWUGcyAQ8Al7hGL2m0r+scawrXPLhuIXotk95bsi9tIrhPKj1PwZdHyThhfeEw--1EGBJwrJsnnEiD+m--GfDnfbxXiKRII/gVhtq/X6==",
+            "rejected: X-Slack-Request-Timestamp=1755105097 X-Slack-Signature=v0=98792137080b07c557650984854ace78c35016487bf439a22ab6a53c9f5f617b",
+            "the GitHub App's client ID is Iv23liQbiSAqV5VqV6WC (no secret here)",
+            "trufflehog: raw: https://hooks.slack.com/services/T0****/B0****/**** — already deleted",
+        ]);
+        masks_each(&[
+            ("define( 'AUTH_KEY', 'Qz9#JQVu%0_.SOmg~R3d#iSk1%8nC82@I' );", "Qz9#JQVu%0_.SOmg"),
+            ("admin:Hk7pQ2xZ9wLm@db.internal", "Hk7pQ2xZ9wLm"),
+            (
+                "$ cat config/credentials.yml.enc | openssl enc -d -aes-256-cbc\nMASTER_PW=Vz8qL2mX9pTn4Rw",
+                "Vz8qL2mX9pTn4Rw",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn documentation_examples_are_not_secrets() {
+        leaves_each(&[
+            "a token looks like `xoxb-not-a-real-token-this-will-not-work`",
+            "jwt.io's sample eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c is public",
+        ]);
+        masks_each(&[(
+            "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJvcHMtYm90Iiwicm9sZSI6ImFkbWluIn0.Zk3vQ9x2LmPq7rTw8sYu1vNb4cXe6dAf0gHj5kIl",
+            "eyJzdWIiOiJvcHMtYm90",
+        )]);
     }
 }
