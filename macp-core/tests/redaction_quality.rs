@@ -6,11 +6,13 @@
 //!   `redaction-holdout.jsonl`, `redaction-blind.jsonl`, `redaction-final.jsonl`,
 //!   `redaction-unseen.jsonl`, `redaction-sixth.jsonl`, `redaction-seventh.jsonl`,
 //!   `redaction-eighth.jsonl`, `redaction-ninth.jsonl`, `redaction-tenth.jsonl`,
-//!   `redaction-eleventh.jsonl` and `redaction-twelfth.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-eleventh.jsonl`, `redaction-twelfth.jsonl` and `redaction-thirteenth.jsonl`,
+//!   each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
-//!   eleventh's: 0.900, 2.50%; the twelfth's: 0.960, 2.50%), then used for tuning. Together they must reach the goal: recall
+//!   eleventh's: 0.900, 2.50%; the twelfth's: 0.960, 2.50%; the thirteenth's: 0.971, 2.50%),
+//!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
 //! - Every text is redacted twice: the second pass must change nothing. Text that already holds
@@ -121,7 +123,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 12] = [
+const SETS: [(&str, &str); 13] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -134,6 +136,7 @@ const SETS: [(&str, &str); 12] = [
     ("tenth", include_str!("redaction-tenth.jsonl")),
     ("eleventh", include_str!("redaction-eleventh.jsonl")),
     ("twelfth", include_str!("redaction-twelfth.jsonl")),
+    ("thirteenth", include_str!("redaction-thirteenth.jsonl")),
 ];
 
 #[test]
@@ -182,10 +185,11 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// eleven sets (9769ceb): recall 0.9600 (336 of 350), false positives 2.50% (10 of 400); tuned
 /// on since, 0.9971 and 0.00%, and a development set since. The thirteenth, first measured with
 /// the rules tuned on twelve sets (c3a1a44): recall 0.9714 (340 of 350), false positives 2.50%
-/// (10 of 400); tuned on since, 1.0000 and 0.00%, held there until it joins the development
-/// sets.
+/// (10 of 400); tuned on since (50e5de6), 1.0000 and 0.00%, and a development set since. The
+/// fourteenth, first measured with the rules tuned on thirteen sets (50e5de6) and never tuned
+/// on: recall 0.9657 (338 of 350), false positives 1.00% (4 of 400).
 const NEVER_TUNED: [(&str, &str, f64, f64); 1] =
-    [("thirteenth", include_str!("redaction-thirteenth.jsonl"), 0.99, 0.0)];
+    [("fourteenth", include_str!("redaction-fourteenth.jsonl"), 0.96, 0.01)];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
 /// then does not read it); `<private>` spans are still removed.
