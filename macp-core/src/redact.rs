@@ -1786,22 +1786,24 @@ fn dummy(w: &str) -> bool {
         let second = body.iter().find(|b| **b != first).copied().unwrap_or(first);
         body.iter().all(|b| *b == first || *b == second)
     };
-    let has = |d: &str| w.as_bytes().windows(d.len()).any(|x| x.eq_ignore_ascii_case(d.as_bytes()));
-    few || [
-        "your",
-        "here",
-        "example",
-        "xxxx",
-        "changeme",
-        "placeholder",
-        "dummy",
-        "not-a-real",
-        "not_a_real",
-        "fake",
-    ]
-    .iter()
-    .any(|d| has(d))
-        || w.contains(JWT_IO_SAMPLE)
+    // The stand-in words, in any case, anywhere in it: one pass, each place tried only against
+    // the words its letter starts (this runs for most words, some of them kilobytes of base64;
+    // a search for each word was a tenth of the redactor's time).
+    let b = w.as_bytes();
+    let at = |i: usize, d: &[u8]| b.len() - i >= d.len() && b[i..i + d.len()].eq_ignore_ascii_case(d);
+    let stand_in = (0..b.len()).any(|i| match b[i] | 0x20 {
+        b'y' => at(i, b"your"),
+        b'h' => at(i, b"here"),
+        b'e' => at(i, b"example"),
+        b'x' => at(i, b"xxxx"),
+        b'c' => at(i, b"changeme"),
+        b'p' => at(i, b"placeholder"),
+        b'd' => at(i, b"dummy"),
+        b'n' => at(i, b"not-a-real") || at(i, b"not_a_real"),
+        b'f' => at(i, b"fake"),
+        _ => false,
+    });
+    few || stand_in || (b.len() > JWT_IO_SAMPLE.len() && w.contains(JWT_IO_SAMPLE))
 }
 
 /// The payload of jwt.io's sample token (`{"sub":"1234567890","name":"John Doe",…}`), printed
