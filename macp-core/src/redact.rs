@@ -810,6 +810,8 @@ const SECRET_KEYS: &[&str] = &[
     "rootpw",
     // Drupal's `hash_salt`.
     "hash_salt",
+    // kubeadm's `--certificate-key`, which decrypts the control plane's uploaded certificates.
+    "certificate_key",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -1093,6 +1095,8 @@ fn suffix_at(k: &[u8], n: &[u8]) -> Option<usize> {
 fn is_secret_key(key: &str) -> bool {
     // `\"` too: JSON inside a JSON string (`"{\"password\":\"…\"}"`).
     let k = key.trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '{' | '[' | '(' | ',' | '\\'));
+    // A field by its index (`config[secret]`, `-F 'user[password]=…'`): the index names it.
+    let k = k.strip_suffix(']').filter(|i| i.contains('[')).unwrap_or(k);
     // A name that says how the secret is written (`PII_ENCRYPTION_KEY_HEX`, `JWT_SECRET_B64`)
     // names the secret still.
     // (Looked for only when the name ends as those do: this runs for every word.)
@@ -1885,6 +1889,29 @@ fn shape(word: &str) -> Option<&'static str> {
     if prefixed(&["sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"], 20) {
         return Some("api-key");
     }
+    // Asana's personal access tokens: `2/` or `1/`, two ids, `:` and 32 hex digits.
+    if word.len() >= 50
+        && let Some((ids, key)) = word.split_once(':')
+        && key.len() == 32
+        && key.bytes().all(|b| b.is_ascii_hexdigit())
+        && ids.split('/').count() == 3
+        && ids.split('/').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Some("api-key");
+    }
+    // Other vendors' live and test secret keys named as Stripe's are (`ak_live_…`, `key_test_…`);
+    // not a publishable key (`pk_live_…`), which pages carry.
+    if let Some((head, body)) = word.split_once("_live_").or_else(|| word.split_once("_test_"))
+        && (2..=4).contains(&head.len())
+        && head.bytes().all(|b| b.is_ascii_lowercase())
+        && head != "pk"
+        && body.len() >= 24
+        && body.bytes().all(|b| b.is_ascii_alphanumeric())
+        && body.bytes().any(|b| b.is_ascii_digit())
+        && body.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        return Some("api-key");
+    }
     if word.starts_with("SG.")
         && word.len() >= 60
         && word[3..].chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
@@ -2004,6 +2031,8 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("ATATT3", 60, true), // Atlassian
     ("ATBB", 32, false),  // Bitbucket app passwords
     ("NRAK-", 30, false), // New Relic
+    ("EZAK", 40, false),  // EasyPost, production and test
+    ("EZTK", 40, false),
     ("NRII-", 30, true),
     ("sq0atp-", 30, true), // Square
     ("sq0csp-", 30, true),
@@ -2368,6 +2397,24 @@ fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
     Some(KINDS.iter().find(|k| *k == kind).copied().unwrap_or("secret"))
 }
 
+/// Base64 of readable text with no secret in it: JSON, or words with spaces between them
+/// (`echo eyJyZWdpb24iOiAi… | base64 -d`, a ConfigMap's flags). A decoded word alone may be the
+/// password a Secret held, so it is not this.
+fn encoded_plain_text(w: &str, ctx: &Ctx<'_>) -> bool {
+    use base64::Engine;
+    if ctx.nested || w.len() > 4096 {
+        return false;
+    }
+    let Some(text) =
+        base64::engine::general_purpose::STANDARD.decode(w).ok().and_then(|p| String::from_utf8(p).ok())
+    else {
+        return false;
+    };
+    let readable = text.len() >= 12 && !text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace());
+    let structured = text.trim_start().starts_with(['{', '[']) || text.trim().contains(' ');
+    readable && structured && encoded_secret(w, ctx).is_none()
+}
+
 /// An AWS secret access key on its own: 40 characters of base64 with upper and lower case and a
 /// digit (hex ids, hashes and ULIDs have one case; base64 blobs are longer).
 fn aws_secret(word: &str) -> Option<&'static str> {
@@ -2506,6 +2553,18 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     {
         return w.to_owned();
     }
+    // CJK runs words together: what stands between full-width brackets or quotes
+    // (`トークン（xoxb-…）が`) is read as a word of its own.
+    const CJK_WRAPPERS: [char; 12] = ['（', '）', '「', '」', '『', '』', '【', '】', '《', '》', '“', '”'];
+    if !w.is_ascii() && w.contains(CJK_WRAPPERS) {
+        let mut out = String::with_capacity(w.len());
+        for piece in w.split_inclusive(CJK_WRAPPERS) {
+            let end = piece.strip_suffix(CJK_WRAPPERS).map_or(piece.len(), str::len);
+            out.push_str(&redact_word(&piece[..end], ctx));
+            out.push_str(&piece[end..]);
+        }
+        return out;
+    }
     if crypt_hash(w) || byte_array_key(w) {
         return ctx.mask("secret", w);
     }
@@ -2588,9 +2647,10 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     // `?` starts a query only in a URL or a path (a password may hold one).
     let url = w.contains('/');
     // An Azure Function's URL (its `code` is the function's key) or a sign-in link (a magic
-    // link's, a reset's or an invitation's `t`, `token` or `code` signs its reader in).
+    // link's, a reset's or an invitation's `t`, `token` or `code` signs its reader in; an OAuth
+    // callback's `code` is exchanged for a token).
     let auth_link = url
-        && ["azurewebsites.net/api/", "/magic", "/reset", "/invite", "/verify", "/confirm"]
+        && ["azurewebsites.net/api/", "/magic", "/reset", "/invite", "/verify", "/confirm", "/callback"]
             .iter()
             .any(|p| w.contains(p));
     // The next `&`, `;` or `,` and the next `=`/`:` before a quote, as offsets into `w`: found
@@ -2883,7 +2943,9 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
                 && bare.as_bytes()[..2].iter().all(u8::is_ascii_uppercase)
                 && bare[2..].bytes().all(|b| b.is_ascii_hexdigit()))
                 || bare.matches("__").count() >= 2);
-        let masked = if sid_id || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
+        // A shell's working directory (`PWD=/app` in `env`'s output), not a password.
+        let cwd = matches!(key, "PWD" | "OLDPWD") && bare.starts_with(['/', '~']);
+        let masked = if sid_id || cwd || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
             // (A site key or a public key token, whatever shape its value has.)
             None
         } else if named(key.trim_matches(['"', '\'']), &["signature"])
@@ -3156,6 +3218,8 @@ fn key_qualifier(l: &[u8]) -> bool {
             | b"gossip"
             | b"symmetric"
             | b"jwt"
+            // kubeadm's `Using certificate key:` (it decrypts the uploaded control-plane certs).
+            | b"certificate"
     )
 }
 
@@ -4024,11 +4088,31 @@ fn word_end(s: &str) -> usize {
         .map_or(s.len(), |(i, _)| i)
 }
 
-/// `\n`, `\r` or `\t` written out at `i` (not an escaped backslash's `\\n`, as in `C:\\new`).
+/// `\n`, `\r` or `\t` written out at `i` (not an escaped backslash's `\\n`, as in `C:\\new`,
+/// nor a Windows path's separator, `\\fs01\releases`, `C:\tools`).
 fn escape_break(b: &[u8], i: usize) -> bool {
     b.get(i) == Some(&b'\\')
         && matches!(b.get(i + 1), Some(b'n' | b'r' | b't'))
         && (i == 0 || b[i - 1] != b'\\')
+        && !windows_path_at(b, i)
+}
+
+/// Whether the word around `i` is a Windows path: a share's (`\\host\…`) or a drive's (`C:\…`).
+fn windows_path_at(b: &[u8], i: usize) -> bool {
+    // (Looked back a path's length at most: a long line of escapes is not read again at each.)
+    let from = i.saturating_sub(260);
+    let Some(start) = b[from..i]
+        .iter()
+        .rposition(|c| c.is_ascii_whitespace() || matches!(c, b'"' | b'\''))
+        .map(|s| from + s + 1)
+        .or((from == 0).then_some(0))
+    else {
+        return false;
+    };
+    let w = &b[start..i];
+    w.starts_with(b"\\\\")
+        || (w.len() >= 2 && w[0].is_ascii_alphabetic() && w[1] == b':' && w.get(2) == Some(&b'\\'))
+        || (w.len() == 2 && w[0].is_ascii_alphabetic() && w[1] == b':')
 }
 
 /// `text` with every recognised secret replaced by `[redacted:<kind>]` (every built-in kind
@@ -4187,6 +4271,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut shell_fn_def: Option<&str> = None;
     let mut shell_fn: Option<(&str, u8)> = None;
     let mut prev_flag = false;
+    // A shell session quoted in an email or a chat (`> $ cat …`, then `> output`): its lines
+    // read without their `> `.
+    let mut quoted_session = false;
+    // An `expect` script's password prompt on the line before (`expect "password:"`): the
+    // `send` that answers it sends the password.
+    let mut expect_pw = (false, false);
+    // Inside CouchDB's `[admins]` section, where each `name = value`'s value is a password.
+    let mut admins_section = false;
     // Where the last run of BIP-39 words read ends, as an offset into `text`: a word before it
     // is inside that run (read once, from its start).
     let mut bip39_until = 0usize;
@@ -4201,12 +4293,25 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             if rest[..ws].matches('\n').count() > 1 {
                 reveal = false;
             }
+            let inner =
+                line.trim_start().strip_prefix("> ").filter(|l| quoted_session || shell_command(l).is_some());
+            quoted_session = inner.is_some();
+            let line = inner.unwrap_or(line);
             if let Some(cmd) = shell_command(line) {
                 reveal = reveals_secret(cmd);
                 reveal_file = reads_secret_file(cmd);
             } else if reveal {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
+            }
+            let lower_line = || line.to_ascii_lowercase();
+            expect_pw = (
+                line.trim_start().starts_with("expect ")
+                    && ["assword", "passphrase"].iter().any(|p| lower_line().contains(p)),
+                expect_pw.0,
+            );
+            if line.starts_with('[') {
+                admins_section = line.trim_end() == "[admins]";
             }
             // `"user" "password"`, the whole line.
             userlist_line = ctx.userlist && {
@@ -4278,8 +4383,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
             // A value waited for does not start a new line at its key's level: after
             // `Enter password:` comes the program's answer (`ERROR 2003 …`); a nested YAML
-            // value is indented.
-            if nl + 1 == ws {
+            // value is indented. Unless that line is the value alone, and a key's
+            // (`Using certificate key:` then 64 hex digits, as kubeadm prints it).
+            let next = rest[ws..].split('\n').next().unwrap_or("").trim_end();
+            let alone = !next.contains(char::is_whitespace)
+                && (long_hex(next) || key_material(next) || (next.len() >= 16 && strong_credential(next)));
+            if nl + 1 == ws && !alone {
                 pending = None;
             }
         }
@@ -4782,6 +4891,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && core.ends_with('=')
             && key_material(core)
             && !core.starts_with("AAAA")
+            && !encoded_plain_text(core, ctx)
             && !digest_name(before)
             && !before.starts_with("ssh-")
             && !before.starts_with("ecdsa-")
@@ -4847,6 +4957,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core == "=" || core == ":" || core == "|" {
             if let Some(weak) = bare_key {
                 pending = Some(("secret", weak || core == "|"));
+            } else if admins_section && core == "=" && line_word == 2 {
+                // CouchDB's `[admins]` section: `name = password`.
+                pending = Some(("secret", false));
             }
             bare_key = None;
             out.push_str(raw);
@@ -4935,6 +5048,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 ""
             },
         );
+        // `net use Z: \\host\share PASSWORD /user:DOMAIN\name`: a password may follow the share
+        // (a `/` option or `*` there is none).
+        if net_use && before.starts_with("\\\\") && positional.is_none() {
+            positional = Some(0);
+        }
         match positional {
             Some(0) => {
                 positional = None;
@@ -5248,6 +5366,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(&x);
             continue;
         }
+        // `send "…\r"` answering an `expect` script's password prompt.
+        if expect_pw.1 && line_word == 1 && core == "send" {
+            pending = Some(("secret", false));
+            out.push_str(raw);
+            continue;
+        }
         // `-pS3cret` (mysql): a password glued to its flag.
         if let Some(glued) = core.strip_prefix("-p")
             && credential_like(glued)
@@ -5289,6 +5413,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // "the partner's API key is …", "the VPN pre-shared key on the tunnel is …": a sentence
         // naming a key.
         if core.eq_ignore_ascii_case("key") && prev_qualifies {
+            pw_window = 10;
+            about_other = false;
+        }
+        // "I have key share 2 of 5, it's …": an unseal key's share.
+        if matches!(l, b"share" | b"shares" | b"share:") && before.eq_ignore_ascii_case("key") {
             pw_window = 10;
             about_other = false;
         }
@@ -7234,5 +7363,99 @@ mod tests {
             "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJvcHMtYm90Iiwicm9sZSI6ImFkbWluIn0.Zk3vQ9x2LmPq7rTw8sYu1vNb4cXe6dAf0gHj5kIl",
             "eyJzdWIiOiJvcHMtYm90",
         )]);
+    }
+
+    #[test]
+    fn vendor_shapes_of_easypost_asana_and_live_keys_are_masked() {
+        masks_each(&[
+            (
+                "client = easypost.EasyPostClient(\"EZAK0f3b9a1c2d4e6f8a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e\")",
+                "EZAK0f3b9a1c",
+            ),
+            (
+                "ASANA_PAT=1/1203948576123456/1209876543210987:0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                "0a1b2c3d4e5f6071",
+            ),
+            ("VALUES (12, 'prod', 'ak_live_Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk', now());", "ak_live_Qw3Er5Ty"),
+        ]);
+        leaves_each(&[
+            "stripe.js loads pk_live_51H8xQwErTyUiOpAsDfGhJkL0123456789abc",
+            "rollout_test_plan_v2",
+        ]);
+    }
+
+    #[test]
+    fn an_indexed_field_a_callback_code_and_a_key_share_are_secrets() {
+        masks_each(&[
+            (
+                "gh api repos/o/r/hooks -f config[secret]=3f9a1b7c5d2e8f0a4b6c9d1e3f5a7b9c0d2e4f6a",
+                "3f9a1b7c5d2e",
+            ),
+            ("GET /auth/callback?code=Zq8_Lm2Wv9XtK4pR7sN1bY6cH3dF0gJ5eA&state=xyz-12", "Zq8_Lm2Wv9Xt"),
+            (
+                "vault is sealed; I hold key share 3 of 5, it's Qm9wZXJhdGlvbnMta2V5LXNoYXJlLTM0NTY3OA= — who has 4?",
+                "Qm9wZXJhdGlvbnMt",
+            ),
+        ]);
+        leaves_each(&["GET /auth/callback?code=&state=abc", "split the key into shares with shamir"]);
+    }
+
+    #[test]
+    fn a_value_alone_on_the_line_after_its_key_is_that_keys_value() {
+        masks_each(&[(
+            "[upload-certs] Using certificate key:\n9b1f0e6a3c2d4b5a6f7e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a",
+            "9b1f0e6a3c2d4b5a",
+        )]);
+        leaves_each(&[
+            "Enter password:\nERROR 2003 (HY000): Can't connect to MySQL server",
+            "password:\n  from_secret: db",
+        ]);
+    }
+
+    #[test]
+    fn net_use_expect_send_couchdb_admins_and_quoted_sessions_give_their_passwords() {
+        masks_each(&[
+            (
+                "C:\\> net use Z: \\\\fs01\\releases Pq7rT2xZ9wLmV4 /user:CORP\\agent /persistent:no",
+                "Pq7rT2xZ9wLmV4",
+            ),
+            ("expect \"password:\"\nsend \"Granite-Falcon-48!\\r\"", "Granite-Falcon-48"),
+            ("[admins]\nadmin = Cobalt_2021-QX\n\n[chttpd]\nport = 5984", "Cobalt_2021-QX"),
+            (
+                "> $ sudo cat /etc/mongo/keyfile\n> 7LhIJOVsbkcvR95l1Mv/nE4F+K//pInxXTECOfzbBMWlMwTr8tN57vr7s3nK15L/zYC1Ow==",
+                "7LhIJOVsbkcvR95l",
+            ),
+        ]);
+        leaves_each(&[
+            "net use Z: \\\\fs01\\releases /user:CORP\\agent * /persistent:no",
+            "expect \"$ \"\nsend \"systemctl restart nginx\\r\"",
+            "[chttpd]\nbind_address = 0.0.0.0",
+            "> $ ls /etc/mongo\n> keyfile  mongod.conf",
+            "C:\\tools\\run.bat --verbose",
+        ]);
+    }
+
+    #[test]
+    fn a_token_between_full_width_brackets_is_a_word() {
+        masks_each(&[(
+            "原因: ボットのトークン（xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx）が公開された。",
+            "AbCdEfGhIjKlMnOp",
+        )]);
+        leaves_each(&["原因: 設定ファイル（config.yaml）の誤り。"]);
+    }
+
+    #[test]
+    fn a_working_directory_and_base64_of_plain_json_are_not_secrets() {
+        leaves_each(&[
+            "$ env | sort\nHOME=/home/app\nPWD=/app\nSHLVL=1",
+            "$ echo eyJyZWdpb24iOiAidXMtd2VzdC0yIiwgImVudiI6ICJwcm9kIn0= | base64 -d\n{\"region\": \"us-west-2\", \"env\": \"prod\"}",
+        ]);
+        masks_each(&[
+            ("PWD=Hunter2-Zq9", "Hunter2-Zq9"),
+            (
+                "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nUTJ4bVczUnpURjg1YzNkbFpXUm9jbVZ6YUhWMFpHOTNiZz09Cg==",
+                "UTJ4bVczUnpURjg1",
+            ),
+        ]);
     }
 }
