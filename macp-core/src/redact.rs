@@ -1901,8 +1901,10 @@ fn shape(word: &str) -> Option<&'static str> {
     }
     // Other vendors' live and test secret keys named as Stripe's are (`ak_live_…`, `key_test_…`);
     // not a publishable key (`pk_live_…`), which pages carry.
-    if let Some((head, body)) = word.split_once("_live_").or_else(|| word.split_once("_test_"))
-        && (2..=4).contains(&head.len())
+    // (The first `_` found first: this runs for every long word.)
+    if let Some(us) = word.as_bytes()[..5].iter().position(|b| *b == b'_').filter(|us| *us >= 2)
+        && (word[us..].starts_with("_live_") || word[us..].starts_with("_test_"))
+        && let (head, body) = (&word[..us], &word[us + 6..])
         && head.bytes().all(|b| b.is_ascii_lowercase())
         && head != "pk"
         && body.len() >= 24
@@ -4385,10 +4387,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // `Enter password:` comes the program's answer (`ERROR 2003 …`); a nested YAML
             // value is indented. Unless that line is the value alone, and a key's
             // (`Using certificate key:` then 64 hex digits, as kubeadm prints it).
-            let next = rest[ws..].split('\n').next().unwrap_or("").trim_end();
-            let alone = !next.contains(char::is_whitespace)
-                && (long_hex(next) || key_material(next) || (next.len() >= 16 && strong_credential(next)));
-            if nl + 1 == ws && !alone {
+            let alone = || {
+                let next = rest[ws..].split('\n').next().unwrap_or("").trim_end();
+                !next.contains(char::is_whitespace)
+                    && (long_hex(next) || key_material(next) || (next.len() >= 16 && strong_credential(next)))
+            };
+            if nl + 1 == ws && pending.is_some() && !alone() {
                 pending = None;
             }
         }
