@@ -812,6 +812,12 @@ const SECRET_KEYS: &[&str] = &[
     "hash_salt",
     // kubeadm's `--certificate-key`, which decrypts the control plane's uploaded certificates.
     "certificate_key",
+    // Algolia's admin key (its search-only key is named `search_key`, `SEARCH_ONLY_API_KEY`).
+    "admin_key",
+    // Bitcoin's extended private keys, Nostr's private key.
+    "xprv",
+    "xpriv",
+    "nsec",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -821,6 +827,9 @@ const SECRET_KEYS: &[&str] = &[
 /// Russian and Ukrainian (both cases: [`named`] folds ASCII only). CJK runs words together,
 /// so those are looked for inside a word ([`CJK_PASSWORDS`]).
 const PASSWORDS: &[&str] = &[
+    // The Erlang distribution cookie (RabbitMQ's nodes, `RABBITMQ_ERLANG_COOKIE`): a password
+    // between nodes, whatever it looks like (twenty capitals, as RabbitMQ makes them).
+    "erlang_cookie",
     "passwort",
     "kennwort",
     "wachtwoord",
@@ -1363,6 +1372,58 @@ fn passphrase_words(w: &str) -> bool {
         && n >= 4
 }
 
+/// A passphrase of four to twelve words written out in a sentence (`ember bramble otter
+/// meadow`): `first`, then the words after it on its line, each three to ten lower-case
+/// letters and none a word prose is made of (`the`, `with`, `stored`…); the phrase, and where
+/// it ends in `rest`. The last word may end the sentence (`meadow.`), its stop not taken.
+fn word_run(first: &str, rest: &str) -> Option<(String, usize)> {
+    const PROSE: &[&str] = &[
+        "the", "and", "for", "with", "from", "this", "that", "these", "those", "was", "were", "are", "has",
+        "have", "had", "been", "will", "would", "should", "could", "can", "not", "but", "our", "your",
+        "their", "its", "his", "her", "she", "him", "they", "them", "you", "all", "any", "some", "into",
+        "over", "under", "after", "before", "about", "then", "than", "when", "where", "what", "which", "who",
+        "why", "how", "there", "here", "also", "just", "only", "still", "now", "yet", "did", "does", "done",
+        "use", "used", "using", "set", "get", "got", "stored", "saved", "kept", "changed", "rotated", "same",
+        "new", "old", "please", "thanks", "see", "via", "per", "each", "every", "both", "more", "most",
+        "less", "very", "too", "one", "two", "three", "four", "five", "file", "password", "phrase", "key",
+    ];
+    let word = |w: &str| {
+        (3..=10).contains(&w.len())
+            && w.bytes().all(|b| b.is_ascii_lowercase())
+            && !PROSE.contains(&w)
+            && !is_password_key(w)
+    };
+    if !word(first) {
+        return None;
+    }
+    let (mut n, mut end, mut at) = (1, 0, 0);
+    let line = line_ahead(rest, 256);
+    while n < 12 {
+        let gap = line[at..].len() - line[at..].trim_start_matches(' ').len();
+        if gap != 1 {
+            break;
+        }
+        let w = &line[at + 1..];
+        let w = &w[..w.find(char::is_whitespace).unwrap_or(w.len())];
+        let bare = w.trim_end_matches(['.', ',', ';', '!']);
+        if !word(bare) {
+            break;
+        }
+        n += 1;
+        end = at + 1 + bare.len();
+        at += 1 + w.len();
+        if bare.len() < w.len() {
+            break;
+        }
+    }
+    // The phrase ends the line, its sentence or what a bracket or a dash adds after it.
+    let after = &line[end..];
+    let closed = after.trim_end().is_empty()
+        || after.starts_with(['.', ',', ';', '!'])
+        || after.trim_start().starts_with(['(', '—', '-']);
+    (n >= 4 && closed).then(|| (format!("{first}{}", &rest[..end]), end))
+}
+
 /// An app password as Apple and Google show them: four groups of four lower-case letters
 /// (`imll-hcfo-xcqw-zhdf`, `zdui oeue ynym tchi`); as WordPress does, six groups of four
 /// letters and digits (`5YAu Th6g 6MUj 7cYJ 3nIX HmS7`).
@@ -1889,6 +1950,24 @@ fn shape(word: &str) -> Option<&'static str> {
     if prefixed(&["sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"], 20) {
         return Some("api-key");
     }
+    // Nostr's private key (bech32 `nsec1…`), BIP-32 extended private keys (`xprv…`, base58).
+    if word.len() == 63
+        && word.starts_with("nsec1")
+        && word[5..].bytes().all(|b| b"qpzry9x8gf2tvdw0s3jn54khce6mua7l".contains(&b))
+    {
+        return Some("private-key");
+    }
+    if (108..=112).contains(&word.len())
+        && ["xprv", "tprv", "yprv", "zprv"].iter().any(|p| word.starts_with(p))
+        && word.bytes().all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b))
+    {
+        return Some("private-key");
+    }
+    // ASP.NET Core's data-protected payloads (`CfDJ8…`): its authentication and session
+    // cookies, antiforgery tokens.
+    if word.starts_with("CfDJ8") && word.len() >= 100 && token_chars(word) {
+        return Some("secret");
+    }
     // Asana's personal access tokens: `2/` or `1/`, two ids, `:` and 32 hex digits.
     if word.len() >= 50
         && let Some((ids, key)) = word.split_once(':')
@@ -1959,9 +2038,13 @@ fn shape(word: &str) -> Option<&'static str> {
         .iter()
         .any(|p| word.starts_with(p))
         || (word.starts_with("https://")
-            && [".webhook.office.com/webhookb2/", "outlook.office.com/webhook/"]
-                .iter()
-                .any(|p| word.contains(p))))
+            && [
+                ".webhook.office.com/webhookb2/",
+                "outlook.office.com/webhook/",
+                ".sumologic.com/receiver/v1/http/",
+            ]
+            .iter()
+            .any(|p| word.contains(p))))
         && word.len() > 60
     {
         return Some("webhook");
@@ -2271,6 +2354,8 @@ fn hook_url(w: &str) -> bool {
                 && s.bytes().any(|b| b.is_ascii_digit())
                 && s.bytes().any(|b| b.is_ascii_alphabetic())
                 && !dummy(s)
+                // A REST resource's id (`DELETE …/webhooks/<uuid>`), not a hook's token.
+                && !uuid(s)
         })
 }
 
@@ -2352,6 +2437,17 @@ fn call_literal(w: &str) -> Option<(usize, &str)> {
     while w[open..].starts_with("()") {
         open += 2 + w[open + 2..].find('(')?;
     }
+    // Into a call that is the argument (`[]byte(mustHex("…"))`), twice at most.
+    for _ in 0..2 {
+        let name = w[open + 1..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.'))
+            .count();
+        if name == 0 || w.as_bytes().get(open + 1 + name) != Some(&b'(') {
+            break;
+        }
+        open += 1 + name;
+    }
     if open == 0
         || !w[..open]
             .bytes()
@@ -2368,17 +2464,19 @@ fn call_literal(w: &str) -> Option<(usize, &str)> {
     Some((at, &w[at..end]))
 }
 
+/// Base64, padded or not.
+const PAD_ANY: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// Base64 that decodes to text holding a secret (a Kubernetes Secret's `data`, a Docker
 /// config's `.dockerconfigjson`, a connection string kept encoded): the kind found in it.
 /// Hashes, ids and binary decode to nothing readable and are passed by; text decoded once is
 /// not decoded again.
 fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
     use base64::Engine;
-    const PAD_ANY: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-        &base64::alphabet::STANDARD,
-        base64::engine::GeneralPurposeConfig::new()
-            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
-    );
     // Decoded text is redacted again, so a long word costs a second pass over it: a real
     // encoded secret (a connection string, a `.dockerconfigjson`) is far shorter than 4 KiB.
     if ctx.nested
@@ -2399,6 +2497,77 @@ fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
     Some(KINDS.iter().find(|k| *k == kind).copied().unwrap_or("secret"))
 }
 
+/// A key that names an id, a hash, a version or a place (`request_id`, `etag`, `sha`,
+/// `commit`, `image`): its value, however random, is not a secret.
+fn id_name(k: &str) -> bool {
+    let l = k.to_ascii_lowercase();
+    let l = l.trim_matches(['"', '\'', '-', ' ']);
+    l.ends_with("id")
+        || l.ends_with("ids")
+        || l.split(['-', '_', '.']).any(|p| p == "id" || p == "ids")
+        || [
+            "hash",
+            "sha",
+            "digest",
+            "checksum",
+            "etag",
+            "version",
+            "fingerprint",
+            "name",
+            "ref",
+            "commit",
+            "node",
+            "sum",
+            "serial",
+            "number",
+            "url",
+            "uri",
+            "path",
+            "image",
+            "tag",
+            "nonce",
+            "salt",
+            "trace",
+            "span",
+            "request",
+            "object",
+            "file",
+            "bucket",
+            "cursor",
+            "marker",
+            "page",
+            "integrity",
+            "slug",
+            "handle",
+            // Blockchains' public words: a transaction's signature, a program's, a wallet's address.
+            "signature",
+            "program",
+            "payer",
+            "account",
+            "address",
+            "wallet",
+            "owner",
+            "mint",
+            "pubkey",
+            "public",
+        ]
+        .iter()
+        .any(|n| l.ends_with(n))
+}
+
+/// The line before says the key on this one is public (`// search-only key, safe for the
+/// browser`, Algolia's search key given to `algoliasearch(…)` in a page's code).
+fn said_public(out: &str) -> bool {
+    let Some(cut) = out.rfind('\n') else {
+        return false;
+    };
+    let prev = &out[out[..cut].rfind('\n').map_or(0, |i| i + 1)..cut];
+    let l = prev.to_ascii_lowercase();
+    ["search-only", "search only", "publishable", "safe for the browser", "safe to expose"]
+        .iter()
+        .any(|p| l.contains(p))
+}
+
 /// Base64 of readable text with no secret in it: JSON, or words with spaces between them
 /// (`echo eyJyZWdpb24iOiAi… | base64 -d`, a ConfigMap's flags). A decoded word alone may be the
 /// password a Secret held, so it is not this.
@@ -2407,9 +2576,8 @@ fn encoded_plain_text(w: &str, ctx: &Ctx<'_>) -> bool {
     if ctx.nested || w.len() > 4096 {
         return false;
     }
-    let Some(text) =
-        base64::engine::general_purpose::STANDARD.decode(w).ok().and_then(|p| String::from_utf8(p).ok())
-    else {
+    // (Padded or not: an annotation's value is often written without its `=`.)
+    let Some(text) = PAD_ANY.decode(w).ok().and_then(|p| String::from_utf8(p).ok()) else {
         return false;
     };
     let readable = text.len() >= 12 && !text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace());
@@ -2465,7 +2633,9 @@ fn secret_value(v: &str, weak: bool) -> bool {
         return false;
     }
     if weak {
-        return credential_like(v) && !dotted_name(v);
+        // (Or 24 lower-case letters and more: no word is that long, a token may be, logz.io's.)
+        return (credential_like(v) && !dotted_name(v))
+            || (v.len() >= 24 && v.bytes().all(|b| b.is_ascii_lowercase()));
     }
     let letters = v.chars().all(|c| c.is_ascii_alphabetic());
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
@@ -3672,6 +3842,8 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("PlainCredentials", 1, false),
     ("NetworkCredential", 1, false),
     ("UsernamePasswordCredentials", 1, false),
+    // JavaMail's `new PasswordAuthentication("user", "password")`.
+    ("PasswordAuthentication", 1, false),
     ("ClientSecretCredential", 2, true),
     // SDK clients built from an id and a secret (`twilio(accountSid, authToken)`, Twilio's
     // Python `Client(sid, token)`, `algoliasearch(appId, apiKey)`).
@@ -3730,6 +3902,13 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
 /// `basic_auth=(…)`): where its `(` is, and the argument to read.
 fn credential_call(w: &str) -> Option<(usize, CallArg)> {
     let open = w.find('(')?;
+    // `Client(auth=("key_id", "secret"))`: the tuple given as `auth` is the credential.
+    if let Some(i) = w[open + 1..].find('(').map(|i| open + 1 + i)
+        && w[open + 1..i].ends_with("auth=")
+        && let Some(call) = credential_call_at(w, i - 5, i)
+    {
+        return Some(call);
+    }
     if let Some(call) = credential_call_at(w, 0, open) {
         return Some(call);
     }
@@ -3928,6 +4107,9 @@ fn reveals_secret(cmd: &str) -> bool {
             | "printenv"
             | "echo"
             | "heroku"
+            // `terraform output -raw db_password`, `pulumi stack output --show-secrets`.
+            | "terraform"
+            | "pulumi"
             | "doppler"
             | "jq"
             | "yq"
@@ -3949,10 +4131,15 @@ fn reveals_secret(cmd: &str) -> bool {
 fn reads_secret_file(cmd: &str) -> bool {
     let l = without_placeholders(cmd).to_ascii_lowercase();
     let mut words = l.split_whitespace().filter(|w| *w != "sudo");
-    let reader = matches!(
-        words.next(),
-        Some("cat" | "type" | "get-content" | "gc" | "head" | "tail" | "more" | "less" | "bat")
-    );
+    let is_reader = |w: Option<&str>| {
+        matches!(w, Some("cat" | "type" | "get-content" | "gc" | "head" | "tail" | "more" | "less" | "bat"))
+    };
+    let first = words.next();
+    // Or run inside a container or on another host (`kubectl exec mongo-0 -- cat …`, `docker
+    // exec db cat …`, `ssh host cat …`): the reader after the command that runs it.
+    let reader = is_reader(first)
+        || (matches!(first, Some("kubectl" | "docker" | "podman" | "ssh" | "oc"))
+            && words.by_ref().take(12).any(|w| is_reader(Some(w))));
     reader
         && words.filter(|w| !w.starts_with('-')).any(|w| {
             let name = w.rsplit(['/', '\\']).next().unwrap_or(w);
@@ -4281,6 +4468,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut expect_pw = (false, false);
     // Inside CouchDB's `[admins]` section, where each `name = value`'s value is a password.
     let mut admins_section = false;
+    // The line before was sudo's password prompt, whose answer is never shown: the sentence
+    // about the password ends with it.
+    let mut sudo_prompt = false;
     // Where the last run of BIP-39 words read ends, as an offset into `text`: a word before it
     // is inside that run (read once, from its start).
     let mut bip39_until = 0usize;
@@ -4314,6 +4504,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             );
             if line.starts_with('[') {
                 admins_section = line.trim_end() == "[admins]";
+            }
+            if std::mem::replace(&mut sudo_prompt, line.trim_start().starts_with("[sudo] password for")) {
+                pw_window = 0;
+                login_window = 0;
+                pending = None;
             }
             // `"user" "password"`, the whole line.
             userlist_line = ctx.userlist && {
@@ -4924,7 +5119,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 out.push_str(post);
                 continue;
             }
-            2 if matches!(core, "=" | ":") => material = 1,
+            2 if matches!(core, "=" | ":" | ":=") => material = 1,
             _ => {}
         }
         // Not after `public` (`wg show`'s `public key: …`, "the server's public key: …").
@@ -5046,6 +5241,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                     | "mc"
                     | "b2"
                     | "bitcoin-cli"
+                    | "qshell"
             ) {
                 core
             } else {
@@ -5093,6 +5289,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             prev_word = "b2";
         } else if command == "b2" && matches!(core, "authorize" | "authorize-account") {
             // Backblaze's `b2 account authorize KEY_ID APPLICATION_KEY`.
+            positional = Some(1);
+        } else if command == "qshell" && core == "account" {
+            // Qiniu's `qshell account ACCESS_KEY SECRET_KEY NAME`.
             positional = Some(1);
         } else if command == "bitcoin-cli" && core == "importprivkey" {
             positional = Some(0);
@@ -5360,14 +5559,59 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             || (openssl && matches!(core, "-K" | "-k"))
             || (ssh_keygen && matches!(core, "-N" | "-P"))
         {
-            // Weak even for `--password`: "Using --password via the CLI is insecure".
-            pending = Some(("secret", true));
+            // Weak, but for a flag named for a password (`--password`, `-passwd`): then anything
+            // but a plain word ("Using --password via the CLI is insecure").
+            let named_pw = secret_flag(core) == Some(false)
+                && core.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && is_password_key(core.trim_start_matches('-'));
+            pending = Some(("secret", !named_pw));
             out.push_str(raw);
             continue;
         }
         // `<password>…</password>` (Maven settings, XML configs).
         if let Some(x) = xml_element(raw, ctx) {
             out.push_str(&x);
+            continue;
+        }
+        // `atlas config set private_api_key …`, `npm config set _authToken …`: a CLI's setting
+        // named for a secret, its value the next word.
+        if before == "set"
+            && line_word >= 2
+            && !core.contains(['=', ':'])
+            && is_secret_key(core)
+            && line_words(rest, 256).next().is_some()
+        {
+            pending = Some(("secret", !is_password_key(core)));
+            out.push_str(raw);
+            continue;
+        }
+        // Windows' answer file: `<AdministratorPassword>` then `<Value>…</Value>`.
+        if pw_prev_line
+            && line_word == 1
+            && let Some(inner) = raw.strip_prefix("<Value>").and_then(|r| r.strip_suffix("</Value>"))
+            && secret_value(inner, false)
+        {
+            out.push_str("<Value>");
+            out.push_str(&ctx.mask("secret", inner));
+            out.push_str("</Value>");
+            continue;
+        }
+        // A random value under a key of any name, at a line's start (`sesame: Sdzm06ii…`): 24
+        // characters or more of letters and digits in both cases, under a key that names no id,
+        // hash or version.
+        if line_word == 2
+            && before.ends_with(':')
+            && pre.is_empty()
+            && core.len() >= 24
+            && core.bytes().all(|b| b.is_ascii_alphanumeric())
+            && strong_credential(core)
+            && core.len() <= 64
+            && !id_name(before.trim_end_matches(':'))
+            && secret_kind(core).is_none()
+            && !encoded_plain_text(core, ctx)
+        {
+            out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
             continue;
         }
         // `send "…\r"` answering an `expect` script's password prompt.
@@ -5420,6 +5664,20 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             pw_window = 10;
             about_other = false;
         }
+        // "token do API kuriera: …", "token für die API": a token for an API, in any language.
+        if l == b"token" && line_words(rest, 3).any(|w| w.eq_ignore_ascii_case("api")) {
+            pw_window = 10;
+            about_other = false;
+        }
+        // "the keystore unlock phrase is …", "the pass phrase: …".
+        if matches!(l, b"phrase" | b"phrase:")
+            && ["unlock", "pass", "secret", "recovery", "master", "backup"]
+                .iter()
+                .any(|q| before.eq_ignore_ascii_case(q))
+        {
+            pw_window = 10;
+            about_other = false;
+        }
         // "I have key share 2 of 5, it's …": an unseal key's share.
         if matches!(l, b"share" | b"shares" | b"share:") && before.eq_ignore_ascii_case("key") {
             pw_window = 10;
@@ -5463,6 +5721,21 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 12;
         }
         login_window = login_window.saturating_sub(1);
+        // A passphrase of words where the sentence states it, unquoted ("the unlock phrase is
+        // ember bramble otter meadow (all lowercase)"): the run of words, none of them one
+        // that prose is made of.
+        if pw_window > 0
+            && stated
+            && pre.is_empty()
+            && matches!(before, "is" | "was" | "phrase:" | "passphrase:")
+            && let Some((whole, end)) = word_run(raw, rest)
+        {
+            out.push_str(&ctx.mask("secret", &whole));
+            rest = &rest[end..];
+            pw_window = 0;
+            login_window = 0;
+            continue;
+        }
         // A passphrase of words quoted where the sentence states it ("the passphrase … is
         // \"saffron canyon willow anchor violet\"").
         if pw_window > 0
@@ -5655,7 +5928,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // `new PDO($dsn, 'user', 'password')`, `Client("SK…", "token")`: a call whose n-th
         // argument is a credential.
-        if let Some((open, mut c)) = credential_call(raw) {
+        if let Some((open, mut c)) = credential_call(raw).filter(|_| !said_public(&out)) {
             let (head, args) = raw.split_at(open + 1);
             match c.scan(args) {
                 Scan::Open => call_arg = Some(c),
@@ -7460,6 +7733,88 @@ mod tests {
                 "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d\nUTJ4bVczUnpURjg1YzNkbFpXUm9jbVZ6YUhWMFpHOTNiZz09Cg==",
                 "UTJ4bVczUnpURjg1",
             ),
+        ]);
+    }
+
+    #[test]
+    fn private_key_shapes_of_nostr_bip32_and_asp_net_cookies_and_hook_urls_are_masked() {
+        let nsec = format!("nsec1{}", "qpzry9x8gf2tvdw0s3jn54khce6mua7l".repeat(2).get(..58).unwrap());
+        let xprv = format!(
+            "xprv9s21ZrQH143K{}",
+            "3QTDLgPw8vmXfZqRkBJt6nYcHaE2sKd7uWjN5".repeat(3).get(..95).unwrap()
+        );
+        let cookie = format!("CfDJ8{}", "Kq3Zx8Vb2Nc7Lm4Tp9Rw1Ys6Ua5Od0Ie_".repeat(4));
+        masks_each(&[
+            (&format!("NOSTR_BOT_NSEC={nsec}"), &nsec[..20]),
+            (&format!("HD_WALLET_XPRV={xprv}"), &xprv[..20]),
+            (&format!("cookie: .AspNetCore.Identity.Application={cookie}"), &cookie[..20]),
+            (
+                "curl -T app.log https://endpoint4.collection.sumologic.com/receiver/v1/http/Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0IeKx3==",
+                "Zq8LmVb2Nc7Tp9Rw",
+            ),
+        ]);
+        leaves_each(&[
+            "DELETE https://api.example.de/v1/webhooks/ba143444-d937-45eb-82d3-3f4557c67212 -> 204",
+            "xpub6CUGRUonZSQ4TWtTMmzXdrXDtypWKiKrhko4egpiMZbpiaQL2jkwSB1icqYh2cfDLFSwEm5Jsbxp8x4Dr3rVJgCQmQfW4fFWrpJ3y4Jj",
+        ]);
+    }
+
+    #[test]
+    fn settings_tuples_answer_files_and_calls_in_calls_give_their_secrets() {
+        masks_each(&[
+            ("atlas config set private_api_key 3f1d2c4b-9a8e-4f7d-b6c5-0e1f2a3b4c5d", "3f1d2c4b-9a8e"),
+            ("client = Client(auth=(\"rzp_live_AbC123xyz\", \"Qm4Zx9Vb2Nc7Lm4Tp9Rw1Ys6\"))", "Qm4Zx9Vb2Nc7"),
+            ("return new PasswordAuthentication(\"mailer\", \"BrassLantern42%\");", "BrassLantern42"),
+            (
+                "<AdministratorPassword>\n  <Value>q7R.xZ#p3?L9wV</Value>\n</AdministratorPassword>",
+                "q7R.xZ#p3?L9wV",
+            ),
+            (
+                "key := []byte(mustHex(\"a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90\"))",
+                "a1b2c3d4e5f6",
+            ),
+            ("qshell account \"$QINIU_AK\" Zq8Lm2Wv-9XtK4pR7sN1bY6cH3dF0gJ5eA-1 prod", "Zq8Lm2Wv-9XtK4"),
+            ("$ terraform output -raw redis_auth_token\nqB7fOEq4h+0rXE", "qB7fOEq4h+0rXE"),
+            ("x11vnc -display :0 -forever -passwd LanternBy -rfbport 5901", "LanternBy"),
+            (
+                "$ kubectl exec mongo-0 -- cat /etc/mongo/keyfile\nJQiPdIi5q8zltrtEaKyakXHkDk8wl/X/Cyp+Rtt6\nrJZrsteVTQ46RDemQV11T2gcKAFZtGKyLoh5tA3H",
+                "rJZrsteVTQ46RDem",
+            ),
+        ]);
+        leaves_each(&[
+            "mysql -h \"$DB_HOST\" -u \"$DB_USER\" -p\"$DB_PASSWORD\" -e 'select 1'",
+            "git config set user.name alice",
+            "use the --password flag or the prompt",
+        ]);
+    }
+
+    #[test]
+    fn keys_of_any_name_tokens_for_an_api_and_passphrases_written_out_are_masked() {
+        masks_each(&[
+            ("upstream:\n  sesame: Qd8zm06iitX0aJ72BcdTBYpsHk\n  rate_limit: 50", "Qd8zm06iitX0aJ72"),
+            ("RABBITMQ_ERLANG_COOKIE=QWERTYUIOPASDFGHJKLZ", "QWERTYUIOPASDFGH"),
+            ("ALGOLIA_ADMIN_KEY=1a2b3c4d5e6f70819a2b3c4d5e6f7081", "1a2b3c4d5e6f7081"),
+            (
+                "curl \"https://listener.logz.io:8071?token=qwertyuiopasdfghjklzxcvbnmqw&type=nginx\"",
+                "qwertyuiopasdfgh",
+            ),
+            (
+                "Arjun: token do API kuriera: Xy7_k2TkjirbGzQcQAhelGz3oqstq7ocFD — nie commitować",
+                "Xy7_k2TkjirbGzQc",
+            ),
+            (
+                "Priya: the keystore unlock phrase is cobalt thistle walrus canyon (all lowercase)",
+                "cobalt thistle walrus",
+            ),
+        ]);
+        leaves_each(&[
+            "x-amz-request-id: F9E97A0867575503\nx-amz-id-2: auPHaofpNMUNHR1hrhjhjrYjQPnfhrTX9PcQq3bW5QiZ",
+            "Signature: RscfBcwtArTu6NMiM1wrZzu5sRGyeSEvcSYyN9TWyEbJcFaahvk6xdupW2PCyPoLXvxMcmYb8iwTeaDkk2onHZJ3\nProgram: 8qbo5nwGubk2PZXAoArjhEDoJtzgheoyaKzViRb6LCFu",
+            "annotations:\n  acme.io/rollout-context: eyJyZWdpb24iOiJldS13ZXN0LTEifQ",
+            "the unlock phrase is stored with the team lead in the vault",
+            "Het wachtwoord is verlopen; graag een nieuw wachtwoord via de kluis aanvragen.",
+            "// search-only key, safe for the browser\nconst c = algoliasearch('ZVGV2AIJTM', '7e9d6fd4321f30d53b75732b4f71ba74');",
+            "$ sudo -u postgres psql\n[sudo] password for chloe:\npsql (16.3 (Ubuntu 16.3-1.pgdg22.04+1))",
         ]);
     }
 }
