@@ -812,6 +812,8 @@ const SECRET_KEYS: &[&str] = &[
     "hash_salt",
     // kubeadm's `--certificate-key`, which decrypts the control plane's uploaded certificates.
     "certificate_key",
+    // Cypress Cloud's record key.
+    "record_key",
     // Algolia's admin key (its search-only key is named `search_key`, `SEARCH_ONLY_API_KEY`).
     "admin_key",
     // Bitcoin's extended private keys, Nostr's private key.
@@ -1109,6 +1111,7 @@ fn is_secret_key(key: &str) -> bool {
     // A name that says how the secret is written (`PII_ENCRYPTION_KEY_HEX`, `JWT_SECRET_B64`)
     // names the secret still.
     // (Looked for only when the name ends as those do: this runs for every word.)
+    let unencoded = k;
     let k = if k.ends_with(['x', 'X', '4']) {
         ["_hex", "_b64", "_base64", "-hex", "-b64", "-base64", "hex", "base64"]
             .iter()
@@ -1121,8 +1124,10 @@ fn is_secret_key(key: &str) -> bool {
         k
     };
     // SECRET_KEYS holds the English names of passwords; other languages' are looked for after.
+    // A key written in an encoding (`key_hex`, `KEY_B64`) is a key's bytes, not an id.
     !k.is_empty()
         && (SECRET_KEY_NAMES.named(k)
+            || (k.len() < unencoded.len() && named(k, &["key"]))
             || PASSWORD_NAMES.named(k)
             || (!k.is_ascii() && cjk_password(k))
             || leading_password_name(k))
@@ -1950,6 +1955,13 @@ fn shape(word: &str) -> Option<&'static str> {
     if prefixed(&["sk-", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"], 20) {
         return Some("api-key");
     }
+    // Svix's (and so many webhook senders') signing secrets: `whsec_` and base64.
+    if word.starts_with("whsec_")
+        && word.len() >= 30
+        && word[6..].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return Some("api-key");
+    }
     // Nostr's private key (bech32 `nsec1…`), BIP-32 extended private keys (`xprv…`, base58).
     if word.len() == 63
         && word.starts_with("nsec1")
@@ -2117,6 +2129,9 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("ATBB", 32, false),  // Bitbucket app passwords
     ("NRAK-", 30, false), // New Relic
     ("EZAK", 40, false),  // EasyPost, production and test
+    ("sqa_", 44, false),  // SonarQube: global analysis, project and user tokens
+    ("sqp_", 44, false),
+    ("squ_", 44, false),
     ("EZTK", 40, false),
     ("NRII-", 30, true),
     ("sq0atp-", 30, true), // Square
@@ -2497,62 +2512,146 @@ fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
     Some(KINDS.iter().find(|k| *k == kind).copied().unwrap_or("secret"))
 }
 
+/// "Token" and "key" in the languages chats are written in.
+const KEY_NOUNS: &[&str] = &[
+    "token",
+    "key",
+    "clé",
+    "ключ",
+    "токен",
+    "키",
+    "キー",
+    "トークン",
+    "密钥",
+    "秘钥",
+    "令牌",
+    "chave",
+    "clave",
+    "schlüssel",
+    "jeton",
+];
+
+/// A random value under a key of any name: 24 to 64 letters and digits (`-` and `_` too) in
+/// both cases, under a key that names no id, hash or version; or, under a key that names a
+/// credential as a part of it (`credentialBlob`, `tokenData`), what looks like one. Never
+/// base64 of readable text (an annotation's encoded JSON).
+fn random_under_any_key(key: &str, v: &str, ctx: &Ctx<'_>) -> bool {
+    // (Read cheapest first: this runs for every value after a key.)
+    if v.len() < 16 || key.len() < 3 || v.starts_with(['.', '-', '_']) {
+        return false;
+    }
+    let random = (24..=64).contains(&v.len())
+        && v.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        && strong_credential(v);
+    let credential = || {
+        key_words(key).any(|w| {
+            ["credential", "credentials", "secret", "token", "password", "passwd"]
+                .iter()
+                .any(|n| w.eq_ignore_ascii_case(n))
+        }) && (credential_like(v) || key_material(v))
+    };
+    // Not a typed object id (`pi_3Mtw…`, `txn_1Q…`); not under an HTTP header's `X-…`, an
+    // edge's or a tracer's id far more often than a key; not under a key named for a secret
+    // (the rules for those read it) or an id; a one-letter key (a JWK's `n`, `x`) says too
+    // little.
+    let typed_id = v
+        .split_once('_')
+        .is_some_and(|(t, _)| (1..=6).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()));
+    let header = key.starts_with(['X', 'x']) && key.as_bytes().get(1) == Some(&b'-');
+    let excluded = typed_id || header || is_secret_key(key) || id_name(key);
+    (random || credential())
+        && !excluded
+        && !placeholder(v)
+        && secret_kind(v).is_none()
+        && !encoded_plain_text(v, ctx)
+}
+
 /// A key that names an id, a hash, a version or a place (`request_id`, `etag`, `sha`,
 /// `commit`, `image`): its value, however random, is not a secret.
 fn id_name(k: &str) -> bool {
-    let l = k.to_ascii_lowercase();
-    let l = l.trim_matches(['"', '\'', '-', ' ']);
-    l.ends_with("id")
-        || l.ends_with("ids")
-        || l.split(['-', '_', '.']).any(|p| p == "id" || p == "ids")
-        || [
-            "hash",
-            "sha",
-            "digest",
-            "checksum",
-            "etag",
-            "version",
-            "fingerprint",
-            "name",
-            "ref",
-            "commit",
-            "node",
-            "sum",
-            "serial",
-            "number",
-            "url",
-            "uri",
-            "path",
-            "image",
-            "tag",
-            "nonce",
-            "salt",
-            "trace",
-            "span",
-            "request",
-            "object",
-            "file",
-            "bucket",
-            "cursor",
-            "marker",
-            "page",
-            "integrity",
-            "slug",
-            "handle",
-            // Blockchains' public words: a transaction's signature, a program's, a wallet's address.
-            "signature",
-            "program",
-            "payer",
-            "account",
-            "address",
-            "wallet",
-            "owner",
-            "mint",
-            "pubkey",
-            "public",
-        ]
-        .iter()
-        .any(|n| l.ends_with(n))
+    const ID_WORDS: &[&str] = &[
+        "id",
+        "ids",
+        "kid",
+        "sid",
+        "guid",
+        "uuid",
+        "hash",
+        "sha",
+        "digest",
+        "checksum",
+        "etag",
+        "version",
+        "fingerprint",
+        "name",
+        "ref",
+        "commit",
+        "node",
+        "sum",
+        "serial",
+        "number",
+        "url",
+        "uri",
+        "endpoint",
+        "path",
+        "image",
+        "tag",
+        "nonce",
+        "salt",
+        "trace",
+        "span",
+        "request",
+        "object",
+        "file",
+        "bucket",
+        "cursor",
+        "marker",
+        "page",
+        "next",
+        "continuation",
+        "integrity",
+        "slug",
+        "handle",
+        "cache",
+        "dedup",
+        "x5t",
+        "thumbprint",
+        // Blockchains' public words: a transaction's signature, a program's, a wallet's address.
+        "signature",
+        "program",
+        "payer",
+        "account",
+        "address",
+        "wallet",
+        "owner",
+        "mint",
+        "pubkey",
+        "public",
+        // An OAuth state (CSRF), a place in a list, a setting.
+        "state",
+        "offset",
+        "policy",
+        "expiry",
+    ];
+    key_words(k.trim_matches(['"', '\'', '-', ' ']))
+        .any(|w| ID_WORDS.iter().any(|n| w.eq_ignore_ascii_case(n)))
+}
+
+/// A key's words, in snake, kebab, dotted or camel case (`credentialBlob`: `credential`, `Blob`;
+/// `NextContinuationToken`: `Next`, `Continuation`, `Token`).
+fn key_words(k: &str) -> impl Iterator<Item = &str> {
+    k.split(['_', '-', '.']).flat_map(|p| {
+        let b = p.as_bytes();
+        let mut cuts: Vec<usize> =
+            (1..b.len()).filter(|i| b[*i].is_ascii_uppercase() && b[i - 1].is_ascii_lowercase()).collect();
+        cuts.push(b.len());
+        let mut from = 0;
+        cuts.into_iter().map(move |to| {
+            let w = &p[from..to];
+            from = to;
+            w
+        })
+    })
 }
 
 /// The line before says the key on this one is public (`// search-only key, safe for the
@@ -2727,7 +2826,8 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     }
     // CJK runs words together: what stands between full-width brackets or quotes
     // (`トークン（xoxb-…）が`) is read as a word of its own.
-    const CJK_WRAPPERS: [char; 12] = ['（', '）', '「', '」', '『', '』', '【', '】', '《', '》', '“', '”'];
+    const CJK_WRAPPERS: [char; 17] =
+        ['（', '）', '「', '」', '『', '』', '【', '】', '《', '》', '“', '”', '：', '，', '、', '；', '。'];
     if !w.is_ascii() && w.contains(CJK_WRAPPERS) {
         let mut out = String::with_capacity(w.len());
         for piece in w.split_inclusive(CJK_WRAPPERS) {
@@ -2784,7 +2884,13 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
             }
             // A key alone before the host (a Sentry DSN's `https://<key>@o1.ingest.sentry.io/…`,
             // `https://<token>@git.host/repo.git`): a login name is short or a word.
-            let token = userinfo.len() >= 20
+            // Redis takes a password alone there (`redis://Sparrow-1991@cache:6379/0`).
+            let redis = (w[..i].ends_with("redis") || w[..i].ends_with("rediss"))
+                && !userinfo.contains(':')
+                && credential_like(userinfo)
+                && !placeholder(userinfo);
+            let token = redis
+                || userinfo.len() >= 20
                 && userinfo.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
                 && userinfo.bytes().any(|b| b.is_ascii_digit())
                 && userinfo.bytes().any(|b| b.is_ascii_alphabetic())
@@ -2861,8 +2967,14 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
         // (`KAFKA_SASL_PASSWORD=pbNs&*Vg4…`, `password=a,b`): passwords hold them.
         if from == 0
             && end < rest.len()
-            && rest[..end].find('=').is_some_and(|k| k > 0 && is_secret_key(&rest[..k]))
+            && let Some(k) = rest[..end].find('=').filter(|k| *k > 0 && is_secret_key(&rest[..*k]))
         {
+            // An environment file's password (`DB_PASSWORD=…&mO=$Xy!=…`): the whole word, its line.
+            let env =
+                !url && rest[..k].bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+            if env && is_password_key(&rest[..k]) {
+                end = rest.len();
+            }
             while end < rest.len() && !starts_pair(&rest[end..]) {
                 end = rest[end..].find(['&', ';', ',']).map_or(rest.len(), |i| end + i + 1);
             }
@@ -3166,6 +3278,12 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
             // `name:tag@sha256:…`.
             ctx.mask_on("secret", pass).map(|m| format!("{m}@{host}"))
+        } else if quoted
+            && secret_kind(bare).is_none()
+            && random_under_any_key(key.trim_matches(['"', '\'', '{', ',']), bare, ctx)
+        {
+            // Minified JSON's random value under any key (`{"v":2,"k":"MXqNEj…"}`).
+            ctx.mask_on("secret", bare)
         } else {
             ctx.alone(bare).or_else(|| encoded_secret(bare, ctx)).and_then(|k| ctx.mask_on(k, bare))
         };
@@ -3392,6 +3510,8 @@ fn key_qualifier(l: &[u8]) -> bool {
             | b"jwt"
             // kubeadm's `Using certificate key:` (it decrypts the uploaded control-plane certs).
             | b"certificate"
+            // An authenticator's "setup key" (a TOTP seed).
+            | b"setup"
     )
 }
 
@@ -5183,6 +5303,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
         // `| gh auth login --with-token`).
         if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
+            // gpg's `--passphrase-fd 0`: the passphrase is read from what is piped in.
+            || (core == "--passphrase-fd" && line_words(rest, 8).next() == Some("0"))
             || (piped
                 && pipe_filter == Some(false)
                 && (matches!(core, "login" | "--with-token" | "passwd" | "kinit" | "cryptsetup")
@@ -5449,6 +5571,26 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                     .iter()
                     .any(|t| bare.get(..t.len()).is_some_and(|h| h.eq_ignore_ascii_case(t)));
             let shape = secret_kind(&bare);
+            // `-auth admin:river.saffron.garnet.kayak` (Jenkins' CLI): the login's password.
+            if kind == "secret"
+                && quote.is_none()
+                && ["auth", "user", "login", "credentials", "creds", "basic-auth"]
+                    .iter()
+                    .any(|f| before.trim_start_matches('-').eq_ignore_ascii_case(f))
+                && let Some((user, pass)) = bare.split_once(':')
+                && !user.is_empty()
+                && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                && !pass.contains([':', '/'])
+                && (credential_like(pass) || passphrase_words(pass))
+            {
+                for part in [pre, lead, open, user, ":"] {
+                    out.push_str(part);
+                }
+                out.push_str(&ctx.mask("secret", pass));
+                out.push_str(rest);
+                bare_key = None;
+                continue;
+            }
             // After `Bearer` the word is a token whatever names it resembles.
             let secret = if kind == "bearer-token" {
                 credential_like(&bare)
@@ -5500,7 +5642,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             } else {
                 login
             }
-            && (sql_tool || host.starts_with("//"))
+            && (sql_tool || host.starts_with("//") || login.starts_with("jdbc:oracle:"))
             && !user.is_empty()
             && user.chars().all(|c| c.is_ascii_alphanumeric() || "_$#".contains(c))
             && !pass.contains('/')
@@ -5596,20 +5738,48 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str("</Value>");
             continue;
         }
-        // A random value under a key of any name, at a line's start (`sesame: Sdzm06ii…`): 24
-        // characters or more of letters and digits in both cases, under a key that names no id,
-        // hash or version.
-        if line_word == 2
-            && before.ends_with(':')
-            && pre.is_empty()
-            && core.len() >= 24
-            && core.bytes().all(|b| b.is_ascii_alphanumeric())
-            && strong_credential(core)
-            && core.len() <= 64
-            && !id_name(before.trim_end_matches(':'))
-            && secret_kind(core).is_none()
-            && !encoded_plain_text(core, ctx)
+        // A random value under a key of any name, at a line's start or quoted as JSON's
+        // (`sesame: Sdzm06ii…`, `"shh": "sjS90k-…"`, `credentialBlob: wr98u7…+qMZ…`).
+        let key_before = before
+            .strip_suffix("\":")
+            .or_else(|| before.strip_suffix(':'))
+            .map(|k| k.trim_matches(['"', '\'']));
+        let v = vcore.trim_matches(['"', '\'']);
+        if let Some(key) = key_before
+            && (line_word == 2 || before.ends_with("\":"))
+            && random_under_any_key(key, v, ctx)
+            && let Some(at) = raw.find(v)
         {
+            out.push_str(&raw[..at]);
+            out.push_str(&ctx.mask("secret", v));
+            out.push_str(&raw[at + v.len()..]);
+            continue;
+        }
+        // "Voici le token Mistral pour la préprod : lSks4Ut4…", "ключ Twilio для стейджинга:
+        // 0e00…": a line that names a token or a key, in any language, then a colon and a
+        // random value (or 32 hex digits, as many vendors' keys are; not a 40- or 64-digit
+        // digest).
+        let hex32 = || {
+            core.len() == 32
+                && core.bytes().all(|b| b.is_ascii_hexdigit())
+                && core.bytes().any(|b| b.is_ascii_alphabetic())
+        };
+        let random =
+            || core.len() >= 20 && core.bytes().all(|b| b.is_ascii_alphanumeric()) && strong_credential(core);
+        // (A label in prose: not a key of JSON or YAML, nor the noun itself, `from key:`.)
+        let label = before.trim_end_matches([':', '：']);
+        if before.ends_with([':', '：'])
+            && line_word >= 4
+            && core.len() >= 20
+            && (random() || hex32())
+            && !label.ends_with(['"', '\''])
+            && !label.contains(['_', '.', '='])
+            && !KEY_NOUNS.iter().any(|n| label.eq_ignore_ascii_case(n))
+            && !encoded_plain_text(core, ctx)
+            && secret_kind(core).is_none()
+            && KEY_NOUNS.iter().any(|n| line_so_far_has(&out, n))
+        {
+            out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
             out.push_str(post);
             continue;
@@ -5861,10 +6031,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
         // Not an object's value (`"eventName": "DeleteAccessKey",`): a quoted word after a
         // key's colon, closed by a comma. (PHP's `define( 'AUTH_KEY', '…' )` names one.)
+        let field = before.strip_suffix(':').map(|k| k.trim_matches(['"', '\'']));
+        let named_field =
+            field.is_some_and(|k| k.eq_ignore_ascii_case("name") || k.eq_ignore_ascii_case("key"));
         bare_key = (lone
             && !(post.contains(',')
                 && pre.ends_with(['"', '\''])
-                && out.trim_end_matches([' ', '\t']).ends_with(':'))
+                && out.trim_end_matches([' ', '\t']).ends_with(':')
+                && !named_field)
             && (is_secret_key(key_word)
                 || (consul_tokens && core.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))))
         .then_some(!password);
@@ -7815,6 +7989,89 @@ mod tests {
             "Het wachtwoord is verlopen; graag een nieuw wachtwoord via de kluis aanvragen.",
             "// search-only key, safe for the browser\nconst c = algoliasearch('ZVGV2AIJTM', '7e9d6fd4321f30d53b75732b4f71ba74');",
             "$ sudo -u postgres psql\n[sudo] password for chloe:\npsql (16.3 (Ubuntu 16.3-1.pgdg22.04+1))",
+        ]);
+    }
+
+    #[test]
+    fn redis_passwords_alone_oracle_thin_urls_vendor_shapes_and_env_passwords_are_masked() {
+        masks_each(&[
+            ("REDIS_URL=redis://Heron-2044@redis-primary:6380/0", "Heron-2044"),
+            (
+                "url jdbc:oracle:thin:reporter/9Qk4$w-z%0#w.e#_%^OSiZpS@ora.example.com:1521/ORCL",
+                "9Qk4$w-z%0#w",
+            ),
+            (
+                "curl -u 'sqa_0c61ee1eb511ec7bb0a6b28e7a926c3191bd8445:' https://sonar.example.io",
+                "sqa_0c61ee1eb511",
+            ),
+            ("new Webhook(\"whsec_QR+mF1iG7PavWFS7Zg8VSaRv41SD03V2\")", "QR+mF1iG7PavWFS7"),
+            ("DB_USERNAME=app\nDB_PASSWORD=Qm2&mO=$Xy!=nWDH^x", "$Xy!=nWDH^x"),
+            (
+                "pii:\n  key_hex: 30605cfc48bc4221e0320c89e3e7f58c0212eb5ea8cbdc81e84fe55c7335e73b",
+                "30605cfc48bc4221",
+            ),
+            ("{cypress_record_key: 'cc202613-0715-4c5c-b70c-f3d4de0a9b9e', timeout: 30s}", "cc202613-0715"),
+        ]);
+        leaves_each(&["redis_url: redis://:%(REDIS_PASSWORD)s@redis:6379/0", "redis://default@cache:6379"]);
+    }
+
+    #[test]
+    fn a_random_value_under_any_key_is_masked_unless_the_key_names_an_id() {
+        masks_each(&[
+            (
+                "{\"name\": \"orders\", \"shh\": \"sjS90k-fDRq2cIBbClru01Qsk353uXW7\", \"retries\": 2}",
+                "sjS90k-fDRq2cIBb",
+            ),
+            (
+                "feed:\n  credentialBlob: wr98u7EHAkSWqN7QFW+qMZoBAM0Imnkib9tvS3aSFdxJIRs3ZNq877YR\n",
+                "wr98u7EHAkSWqN7Q",
+            ),
+            ("{\"v\":2,\"blob\":\"MXqNEjBjjRrrQVaCX98yoDZB1ekBwFtl2gpF\"}", "MXqNEjBjjRrrQVaC"),
+        ]);
+        leaves_each(&[
+            "{\"items\": [], \"next_page_token\": \"CiAKGjBpNDd2Nmp2Zml2cXRsYjM5OHFNZ2g4RHVZaXo\"}",
+            "{\"data\": {\"id\": \"ch_QkdE8pTNlSvyYXT4hRUZD26O\", \"payment_intent\": \"pi_3Mtw8xLkdIwHu7ix28a3tqPa\"}}",
+            "X-Served-By: cache-fra-eddf8230062FRA\nX-Timer: S1718190442",
+            "{\"kid\": \"0YGNN6bBohuj7z1Vwci3MMlF39U\", \"x5t\": \"Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0Ie\"}",
+            "  password: {{ .Values.postgresql.auth.password | quote }}",
+            "{\"keys\": [{\"kty\": \"RSA\", \"n\": \"u1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0\", \"e\": \"AQAB\"}]}",
+        ]);
+    }
+
+    #[test]
+    fn chat_labels_naming_a_key_jenkins_auth_totp_setup_keys_and_piped_passphrases_are_masked() {
+        masks_each(&[
+            (
+                "[15:28] fatima: Voici le token Mistral pour la préprod : Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0Ie — merci",
+                "Zq8LmVb2Nc7Tp9Rw",
+            ),
+            (
+                "[16:59] dmitri: Вот ключ Twilio для стейджинга: 0e0088650428617152d496df21c2ee0d — после теста",
+                "0e00886504286171",
+            ),
+            (
+                "priya: Grafana Cloud 的 API key 发你了：glc_eyJvIjoiMjc1MTE0IiwibiI6InN0YWNrLTk4MzA5OC1obS13cml0ZSJ9 用完",
+                "glc_eyJvIjoiMjc1",
+            ),
+            (
+                "java -jar jenkins-cli.jar -s https://ci/ -auth admin:river.saffron.garnet.kayak safe-restart",
+                "river.saffron",
+            ),
+            (
+                "if the MFA app asks, the setup key for the shared ops account is prk7 w3ok eu5x q2bf lqk6 ibbg",
+                "prk7",
+            ),
+            ("echo 'Nectar-2001' | gpg --batch --passphrase-fd 0 --detach-sign x.tar.gz", "Nectar-2001"),
+            (
+                "{\n  \"cookies\": [\n    {\n      \"name\": \"__Host-sid\",\n      \"value\": \"ALVSW3I4Yits-J4o4LeqiWUMIAGgsCGtz56g\"\n    }",
+                "ALVSW3I4Yits",
+            ),
+        ]);
+        leaves_each(&[
+            "Cache restored from key: setup-java-Linux-x64-gradle-3f9a1b7c5d2e8f0a4b6c9d1e3f5a7b9c",
+            "Correlated 3 alerts into incident #8812 (dedup_key: Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0Ie)",
+            "the token header decodes fine: eyJhbGciOiAiUlMyNTYiLCAia2lkIjogImJiM2VhOGYzNmJkNDhiMjQiLCAidHlwIjogIkpXVCJ9 -> alg RS256",
+            "rancher login https://rancher.example.org/v3 --context c-9l7ln:p-ufn1e",
         ]);
     }
 }
