@@ -2657,10 +2657,14 @@ fn key_words(k: &str) -> impl Iterator<Item = &str> {
 /// The line before says the key on this one is public (`// search-only key, safe for the
 /// browser`, Algolia's search key given to `algoliasearch(…)` in a page's code).
 fn said_public(out: &str) -> bool {
-    let Some(cut) = out.rfind('\n') else {
+    // (The last 512 bytes at most: a long line of calls is not read back whole at each.)
+    let from =
+        (out.len().saturating_sub(512)..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
+    let tail = &out[from..];
+    let Some(cut) = tail.rfind('\n') else {
         return false;
     };
-    let prev = &out[out[..cut].rfind('\n').map_or(0, |i| i + 1)..cut];
+    let prev = &tail[tail[..cut].rfind('\n').map_or(0, |i| i + 1)..cut];
     let l = prev.to_ascii_lowercase();
     ["search-only", "search only", "publishable", "safe for the browser", "safe to expose"]
         .iter()
