@@ -1512,7 +1512,7 @@ fn placeholder(w: &str) -> bool {
         || yaml_tag(w)
         // A diff's added line, a phone number; not a key whose base64 starts with `+`, nor a
         // password that does (`-p '+nA_^hU!#^Esy%7BLv'`: letters, a digit and another symbol).
-        || (w.starts_with('+') && !key_material(w) && !symbolic(&w[1..]) && !cased_word_number(&w[1..]))
+        || (w.starts_with('+') && !plus_led_credential(w))
         // Where the secret is read from, not the secret: a relative or home path, curl's and
         // Vault's `@file` (`--from-file=password=./pw.txt`, `password=@/dev/stdin`).
         || ["./", "../", "~/", "@/", "@./", "@~/"].iter().any(|p| w.starts_with(p))
@@ -1547,6 +1547,14 @@ fn placeholder(w: &str) -> bool {
         || regex(w)
         // Gzip's magic number in base64: compressed data (a Helm release), not a credential.
         || w.starts_with("H4sI")
+}
+
+/// A word led by `+` that is a credential, not a diff's added line or a phone number: a key's
+/// base64, a password with letters, a digit and another symbol (`+nA_^hU!#^Esy%7BLv`), or a
+/// random string in both cases with digits (`+8rVpPanGBbQ+ypDgV1L`).
+fn plus_led_credential(w: &str) -> bool {
+    let rest = &w[1..];
+    key_material(w) || symbolic(rest) || cased_word_number(rest) || (w.len() >= 12 && strong_credential(rest))
 }
 
 /// A YAML tag: `!` or `!!`, then a name (`!Ref`, `!GetAtt`, `!vault`, `!encrypted/pkcs1-oaep`).
@@ -1873,12 +1881,16 @@ fn dummy(w: &str) -> bool {
         b'f' => at(i, b"fake"),
         _ => false,
     });
-    few || stand_in || (b.len() > JWT_IO_SAMPLE.len() && w.contains(JWT_IO_SAMPLE))
+    few || stand_in || DOC_EXAMPLES.iter().any(|e| b.len() >= e.len() && w.contains(e))
 }
 
-/// The payload of jwt.io's sample token (`{"sub":"1234567890","name":"John Doe",…}`), printed
-/// in every JWT tutorial: a documentation example, as `AKIAIOSFODNN7EXAMPLE` is AWS's.
-const JWT_IO_SAMPLE: &str = ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.";
+/// Values printed in the standards and tutorials themselves, documentation examples as
+/// `AKIAIOSFODNN7EXAMPLE` is AWS's: the payload of jwt.io's sample token
+/// (`{"sub":"1234567890","name":"John Doe",…}`), RFC 7617's `Aladdin:open sesame`.
+const DOC_EXAMPLES: &[&str] = &[
+    ".eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ.",
+    "QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
+];
 
 /// Characters that wrap a word without being part of it: quotes and brackets on both sides,
 /// and sentence punctuation after it.
@@ -1959,6 +1971,15 @@ fn shape(word: &str) -> Option<&'static str> {
     if word.starts_with("whsec_")
         && word.len() >= 30
         && word[6..].bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+    {
+        return Some("api-key");
+    }
+    // Fly.io's macaroon tokens (`FlyV1 fm2_…`, `fm1r_…`), base64 joined by commas.
+    if ["fm2_", "fm1r_", "fm1a_"].iter().any(|p| word.starts_with(p))
+        && word.len() >= 60
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'+' | b'/' | b'=' | b','))
     {
         return Some("api-key");
     }
@@ -2566,6 +2587,15 @@ fn random_under_any_key(key: &str, v: &str, ctx: &Ctx<'_>) -> bool {
         && !encoded_plain_text(v, ctx)
 }
 
+/// A bech32 string led by a public part's name (`age1…` recipients, `npub1…`, `bc1…`
+/// addresses): published on purpose.
+fn bech32_public(w: &str) -> bool {
+    w.split_once('1').is_some_and(|(hrp, data)| {
+        matches!(hrp, "age" | "npub" | "bc" | "tb" | "ltc" | "cosmos" | "osmo" | "addr" | "stake")
+            && data.bytes().all(|b| b"qpzry9x8gf2tvdw0s3jn54khce6mua7l".contains(&b))
+    })
+}
+
 /// A key that names an id, a hash, a version or a place (`request_id`, `etag`, `sha`,
 /// `commit`, `image`): its value, however random, is not a secret.
 fn id_name(k: &str) -> bool {
@@ -2832,11 +2862,35 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     // (`トークン（xoxb-…）が`) is read as a word of its own.
     const CJK_WRAPPERS: [char; 17] =
         ['（', '）', '「', '」', '『', '』', '【', '】', '《', '》', '“', '”', '：', '，', '、', '；', '。'];
+    // After a token's or a key's noun (`トークン（`, `새 토큰(`, ASCII brackets too in such a run),
+    // what the brackets hold is that token when it looks like one.
+    const NOUNS: [&str; 9] = ["토큰", "키", "トークン", "キー", "令牌", "密钥", "秘钥", "токен", "ключ"];
+    if !w.is_ascii()
+        && let Some(open) = NOUNS.iter().find_map(|n| w.find(&format!("{n}(")).map(|i| i + n.len()))
+        && let Some(len) = w[open + 1..].find(')')
+        && len >= 16
+        && strong_credential(&w[open + 1..open + 1 + len])
+    {
+        let inner = open + 1..open + 1 + len;
+        return format!(
+            "{}({}){}",
+            redact_word(&w[..open], ctx),
+            ctx.mask("secret", &w[inner.clone()]),
+            redact_word(&w[inner.end + 1..], ctx)
+        );
+    }
     if !w.is_ascii() && w.contains(CJK_WRAPPERS) {
         let mut out = String::with_capacity(w.len());
+        let mut after_noun = false;
         for piece in w.split_inclusive(CJK_WRAPPERS) {
             let end = piece.strip_suffix(CJK_WRAPPERS).map_or(piece.len(), str::len);
-            out.push_str(&redact_word(&piece[..end], ctx));
+            let word = &piece[..end];
+            if after_noun && word.len() >= 16 && strong_credential(word) {
+                out.push_str(&ctx.mask("secret", word));
+            } else {
+                out.push_str(&redact_word(word, ctx));
+            }
+            after_noun = NOUNS.iter().any(|n| word.ends_with(n));
             out.push_str(&piece[end..]);
         }
         return out;
@@ -3268,6 +3322,15 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
             // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
             ctx.mask_on("secret", hash).map(|m| format!("{m}{}", &value[hash.len()..]))
+        } else if body.as_bytes()[i] == b':'
+            && key.contains('@')
+            && key.rsplit_once('@').is_some_and(|(u, d)| !u.is_empty() && d.contains('.'))
+            && !value.contains(['/', '@', ':'])
+            && credential_like(value)
+        {
+            // Postfix's `sasl_passwd` (`[smtp.host]:587 relay@example.com:password`), a login
+            // given as `address:password`.
+            ctx.mask_on("secret", value)
         } else if let Some((pass, host)) = value.split_once('@')
             && body.as_bytes()[i] == b':'
             && key.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
@@ -3968,6 +4031,11 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("UsernamePasswordCredentials", 1, false),
     // JavaMail's `new PasswordAuthentication("user", "password")`.
     ("PasswordAuthentication", 1, false),
+    // OkHttp's `Credentials.basic("user", "password")`.
+    ("Credentials.basic", 1, false),
+    // PDO's constructor as PHP's stack traces print it (`PDO->__construct('mysql:…', 'user',
+    // 'password')`).
+    ("PDO->__construct", 2, false),
     ("ClientSecretCredential", 2, true),
     // SDK clients built from an id and a secret (`twilio(accountSid, authToken)`, Twilio's
     // Python `Client(sid, token)`, `algoliasearch(appId, apiKey)`).
@@ -4061,7 +4129,7 @@ fn credential_call_at(w: &str, start: usize, open: usize) -> Option<(usize, Call
     let name = callee.rsplit(['.', ':', '>', ' ']).next()?;
     let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| {
         *n == name
-            || (n.contains(['.', ':'])
+            || (n.contains(['.', ':', '>'])
                 && callee.ends_with(n)
                 && !callee[..callee.len() - n.len()]
                     .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
@@ -4595,6 +4663,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // The line before was sudo's password prompt, whose answer is never shown: the sentence
     // about the password ends with it.
     let mut sudo_prompt = false;
+    // A password typed at the shell's prompt by mistake, as the shell's next line shows it
+    // (`$ O4sis%14194AJK` then `O4sis%14194AJK: command not found`): masked wherever it is.
+    let mut typed_pw: Option<&str> = None;
     // Where the last run of BIP-39 words read ends, as an offset into `text`: a word before it
     // is inside that run (read once, from its start).
     let mut bip39_until = 0usize;
@@ -4616,6 +4687,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             if let Some(cmd) = shell_command(line) {
                 reveal = reveals_secret(cmd);
                 reveal_file = reads_secret_file(cmd);
+                let typed = cmd.trim();
+                let next = rest[ws..].split('\n').nth(1).unwrap_or("");
+                if !typed.contains(char::is_whitespace)
+                    && (password_like(typed) || strong_credential(typed))
+                    && (next.starts_with(&format!("{typed}: command not found"))
+                        || next.contains(&format!(": {typed}: command not found"))
+                        || next.contains(&format!("command not found: {typed}")))
+                {
+                    typed_pw = Some(typed);
+                }
             } else if reveal {
                 let t = line.trim();
                 reveal_word = !t.is_empty() && !t.contains(char::is_whitespace);
@@ -5623,7 +5704,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         // `Basic dXNlcjpwYXNz` anywhere (a HAR file, a proxy log): base64 of `user:password`.
-        if before.eq_ignore_ascii_case("basic") && basic_credential(core) {
+        if before.eq_ignore_ascii_case("basic") && basic_credential(core) && !dummy(core) {
             out.push_str(pre);
             out.push_str(&ctx.mask("basic-auth", core));
             out.push_str(post);
@@ -5750,7 +5831,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             .map(|k| k.trim_matches(['"', '\'']));
         let v = vcore.trim_matches(['"', '\'']);
         if let Some(key) = key_before
-            && (line_word == 2 || before.ends_with("\":"))
+            && (line_word == 2 || before.ends_with("\":") || pre.ends_with(['"', '\'']))
             && random_under_any_key(key, v, ctx)
             && let Some(at) = raw.find(v)
         {
@@ -5768,8 +5849,18 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && core.bytes().all(|b| b.is_ascii_hexdigit())
                 && core.bytes().any(|b| b.is_ascii_alphabetic())
         };
-        let random =
-            || core.len() >= 20 && core.bytes().all(|b| b.is_ascii_alphanumeric()) && strong_credential(core);
+        let random = || {
+            core.len() >= 20
+                && core.bytes().all(|b| b.is_ascii_alphanumeric())
+                && (strong_credential(core)
+                    // Lower case and digits, letters past `f` among them (not hex): 24 or more;
+                    // not bech32's public keys and addresses (`age1…`, `npub1…`, `bc1q…`).
+                    || (core.len() >= 24
+                        && !bech32_public(core)
+                        && core.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                        && core.bytes().any(|b| b.is_ascii_digit())
+                        && core.bytes().any(|b| b > b'f' && b.is_ascii_lowercase())))
+        };
         // (A label in prose: not a key of JSON or YAML, nor the noun itself, `from key:`.)
         let label = before.trim_end_matches([':', '：']);
         if before.ends_with([':', '：'])
@@ -5785,6 +5876,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
+            continue;
+        }
+        if let Some(typed) = typed_pw.filter(|t| core.strip_suffix(':').unwrap_or(core) == *t) {
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", typed));
+            out.push_str(&core[typed.len()..]);
             out.push_str(post);
             continue;
         }
@@ -5808,6 +5906,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (French's `mot de passe :` too.)
         let passe = |k: &str| k.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de");
         if let Some(key) = core.strip_suffix(':').or_else(|| core.strip_suffix('='))
+            // Not a Go test's `--- PASS: TestName (0.00s)`.
+            && !(before == "---" && matches!(key, "PASS" | "FAIL" | "SKIP"))
             && (is_secret_key(key)
                 || passe(key)
                 || (secret_object.is_some() && key.trim_matches(['"', '\'']) == "value")
@@ -5895,6 +5995,29 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 12;
         }
         login_window = login_window.saturating_sub(1);
+        // An app password written out in a sentence about one, unquoted ("an app password on
+        // the shared gmail: smoa qetc brmc etir").
+        // (Where the sentence states it, and one group with no vowel: four English words of
+        // four letters, "auth path fall back", have one each.)
+        if pw_window > 0
+            && pre.is_empty()
+            && core.len() == 4
+            && (stated || before.ends_with(':'))
+            && let Some(close) = line_ahead(rest, 64)
+                .get(..15)
+                .filter(|r| {
+                    let whole = format!("{core}{r}");
+                    app_password(&whole)
+                        && whole.split(' ').any(|g| !g.bytes().any(|b| b"aeiouy".contains(&b)))
+                })
+                .map(str::len)
+        {
+            out.push_str(&ctx.mask("secret", &format!("{core}{}", &rest[..close])));
+            out.push_str(post);
+            rest = &rest[close..];
+            pw_window = 0;
+            continue;
+        }
         // A passphrase of words where the sentence states it, unquoted ("the unlock phrase is
         // ember bramble otter meadow (all lowercase)"): the run of words, none of them one
         // that prose is made of.
@@ -8076,6 +8199,64 @@ mod tests {
             "Correlated 3 alerts into incident #8812 (dedup_key: Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0Ie)",
             "the token header decodes fine: eyJhbGciOiAiUlMyNTYiLCAia2lkIjogImJiM2VhOGYzNmJkNDhiMjQiLCAidHlwIjogIkpXVCJ9 -> alg RS256",
             "rancher login https://rancher.example.org/v3 --context c-9l7ln:p-ufn1e",
+        ]);
+    }
+
+    #[test]
+    fn stack_traces_typed_passwords_and_sasl_lines_give_their_passwords() {
+        masks_each(&[
+            (
+                "#0 /var/www/db.php(7): PDO->__construct('mysql:host=db', 'shop', 'Qk7Yu3*Rl5XufWcoNla^KG')",
+                "Qk7Yu3*Rl5Xu",
+            ),
+            (
+                ".header(\"Authorization\", Credentials.basic(\"exporter\", \"MapleCedar4411+\"))",
+                "MapleCedar4411",
+            ),
+            (
+                "t@h:~$ sudo systemctl restart x\n[sudo] password for t: \nt@h:~$ Qz8sis%14194AJK\nQz8sis%14194AJK: command not found",
+                "Qz8sis%14194AJK",
+            ),
+            (
+                "# /etc/postfix/sasl_passwd\n[smtp.example.com]:587 relay@example.com:Oc34n!51154CUU",
+                "Oc34n!51154CUU",
+            ),
+            ("<add key=\"ClearTextPassword\" value=\"+8rVpPanGBbQ+ypDgV1L\" />", "8rVpPanGBbQ+ypD"),
+            (
+                "FlyV1 fm2_r9gb02K68iKihK9rRy_0WQnpTeHX613ipYe2mfGqKKJc0tikRjZfwI_6GFNWouU-GNq4KS0Xs4DF7",
+                "r9gb02K68iKihK9r",
+            ),
+        ]);
+        leaves_each(&[
+            "t@h:~$ lss -la\nlss: command not found",
+            "git@github.com:org/repo.git",
+            "call +14155550123 for the bridge",
+        ]);
+    }
+
+    #[test]
+    fn tokens_in_cjk_brackets_chat_keys_app_passwords_and_object_literals_are_masked() {
+        masks_each(&[
+            ("임시로 새 토큰(NAsqFdQPBS2cPqqKHdcFtG5w7jMaZv8e)을 발급했다.", "NAsqFdQPBS2cPqqK"),
+            (
+                "trent: ключ API для шлюза: fwad69hncgfqai2o2u8xhwol3nr2add7, положи его в vault",
+                "fwad69hncgfqai2o",
+            ),
+            (
+                "I generated an app password on the shared gmail: smoa qetc brmc etir  (alerts@)",
+                "smoa qetc brmc",
+            ),
+            (
+                "const cfg = { endpoint: 'https://media.example.com', shh: 'fRhLmAcxhLo57rVdT1sbM6ScF59leJhF' };",
+                "fRhLmAcxhLo57rVd",
+            ),
+        ]);
+        leaves_each(&[
+            "Why did the API key auth path fall back to basic auth? Because the header changed.",
+            "age recipient (public key) for the backup bucket: age17dc9auu4ucv897mg26pme7wpyqh6nealkakhdl9uannk9chzh3pdzdds7f",
+            "scan the QR code with your authenticator app, then enter the code.",
+            "=== RUN   TestParse/1b7958be_valid_input\n--- PASS: TestParse/f01391bd_valid_input (0.00s)",
+            "e.g. for the user-id \"Aladdin\" and password \"open sesame\":\n    Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
         ]);
     }
 }
