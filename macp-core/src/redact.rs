@@ -4941,6 +4941,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if let Some(m) = marker_at(raw) {
             call_arg = None;
             as_a_masked_secret!();
+            // A PuTTY key's private line masked on a first pass is one of its lines still.
+            ppk_lines = ppk_lines.saturating_sub(1);
             out.push_str(&around_markers(raw, m, ctx));
             continue;
         }
@@ -8258,5 +8260,14 @@ mod tests {
             "=== RUN   TestParse/1b7958be_valid_input\n--- PASS: TestParse/f01391bd_valid_input (0.00s)",
             "e.g. for the user-id \"Aladdin\" and password \"open sesame\":\n    Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
         ]);
+    }
+
+    #[test]
+    fn a_putty_keys_masked_private_line_still_counts_on_a_second_pass() {
+        // `Private-Lines: 1`, then the one line: the line after it is not the key's, on the
+        // first pass or the second (which read the placeholder as no line and took the next).
+        let t = "Private-Lines: 1\nAAAAIBTNNA3iwF5tKJAsAjxRslFKCoyqrA1ZaoBoGZT9LnXjKBkN4mJnRCM4kAo0\nx4BG/zWYqUlGOFdbF3qHjitqD4CWEQaGj++=";
+        let once = stable_each(&[t]);
+        assert!(!once[0].contains("AAAAIBTNNA3i") && once[0].contains("x4BG/zWYqUlG"), "{}", once[0]);
     }
 }
