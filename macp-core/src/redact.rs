@@ -1127,7 +1127,7 @@ fn is_secret_key(key: &str) -> bool {
     // A key written in an encoding (`key_hex`, `KEY_B64`) is a key's bytes, not an id.
     !k.is_empty()
         && (SECRET_KEY_NAMES.named(k)
-            || (k.len() < unencoded.len() && named(k, &["key"]))
+            || (k.len() < unencoded.len() && key_material_name(k) && !id_name(k))
             || PASSWORD_NAMES.named(k)
             || (!k.is_ascii() && cjk_password(k))
             || leading_password_name(k))
@@ -2552,6 +2552,19 @@ const KEY_NOUNS: &[&str] = &[
     "jeton",
 ];
 
+/// A line that names a token or a key in one of [`KEY_NOUNS`]: a whole word in a script with
+/// spaces ("monkey", "tokenizer" are not), anywhere in a CJK run. (Placeholders taken out
+/// first: their kinds, `api-key`, are not the author's words.)
+fn names_a_key(line: &str) -> bool {
+    let l = line.to_lowercase();
+    KEY_NOUNS.iter().any(|n| {
+        if !n.is_ascii() && !n.chars().next().is_some_and(|c| c.is_alphabetic() && (c as u32) < 0x3000) {
+            return l.contains(n);
+        }
+        l.split(|c: char| !c.is_alphanumeric()).any(|w| w == *n)
+    })
+}
+
 /// A random value under a key of any name: 24 to 64 letters and digits (`-` and `_` too) in
 /// both cases, under a key that names no id, hash or version; or, under a key that names a
 /// credential as a part of it (`credentialBlob`, `tokenData`), what looks like one. Never
@@ -2575,9 +2588,14 @@ fn random_under_any_key(key: &str, v: &str, ctx: &Ctx<'_>) -> bool {
     // edge's or a tracer's id far more often than a key; not under a key named for a secret
     // (the rules for those read it) or an id; a one-letter key (a JWK's `n`, `x`) says too
     // little.
-    let typed_id = v
-        .split_once('_')
-        .is_some_and(|(t, _)| (1..=6).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()));
+    // Nor an Ethereum address (`0x…`), nor base58 alone at an address's length (Solana's,
+    // Bitcoin's).
+    let address = v.starts_with("0x")
+        || ((32..=44).contains(&v.len())
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() && !b"0OIl".contains(&b)));
+    let typed_id = address
+        || v.split_once('_')
+            .is_some_and(|(t, _)| (1..=6).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()));
     let header = key.starts_with(['X', 'x']) && key.as_bytes().get(1) == Some(&b'-');
     let excluded = typed_id || header || is_secret_key(key) || id_name(key);
     (random || credential())
@@ -2662,6 +2680,37 @@ fn id_name(k: &str) -> bool {
         "offset",
         "policy",
         "expiry",
+        // Public things named by their ids: channels, playlists, documents, people, places.
+        "channel",
+        "playlist",
+        "sheet",
+        "spreadsheet",
+        "document",
+        "doc",
+        "folder",
+        "video",
+        "source",
+        "from",
+        "to",
+        "user",
+        "customer",
+        "order",
+        "product",
+        "item",
+        "project",
+        "org",
+        "team",
+        "workspace",
+        "tenant",
+        "region",
+        "zone",
+        "host",
+        "repo",
+        "branch",
+        "build",
+        "job",
+        "run",
+        "origin",
     ];
     key_words(k.trim_matches(['"', '\'', '-', ' ']))
         .any(|w| ID_WORDS.iter().any(|n| w.eq_ignore_ascii_case(n)))
@@ -2865,19 +2914,23 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
     // After a token's or a key's noun (`トークン（`, `새 토큰(`, ASCII brackets too in such a run),
     // what the brackets hold is that token when it looks like one.
     const NOUNS: [&str; 9] = ["토큰", "키", "トークン", "キー", "令牌", "密钥", "秘钥", "токен", "ключ"];
-    if !w.is_ascii()
-        && let Some(open) = NOUNS.iter().find_map(|n| w.find(&format!("{n}(")).map(|i| i + n.len()))
-        && let Some(len) = w[open + 1..].find(')')
-        && len >= 16
-        && strong_credential(&w[open + 1..open + 1 + len])
-    {
-        let inner = open + 1..open + 1 + len;
-        return format!(
-            "{}({}){}",
-            redact_word(&w[..open], ctx),
-            ctx.mask("secret", &w[inner.clone()]),
-            redact_word(&w[inner.end + 1..], ctx)
-        );
+    // (Each in turn, along the word: a loop, so a run of many is not a recursion as deep.)
+    let noun_paren = |s: &str| {
+        let open = NOUNS.iter().filter_map(|n| s.find(&format!("{n}(")).map(|i| i + n.len())).min()?;
+        let len = s[open + 1..].find(')')?;
+        (len >= 16 && strong_credential(&s[open + 1..open + 1 + len])).then_some((open, len))
+    };
+    if !w.is_ascii() && noun_paren(w).is_some() {
+        let (mut out, mut at) = (String::with_capacity(w.len()), 0);
+        while let Some((open, len)) = noun_paren(&w[at..]) {
+            out.push_str(&redact_word(&w[at..at + open], ctx));
+            out.push('(');
+            out.push_str(&ctx.mask("secret", &w[at + open + 1..at + open + 1 + len]));
+            out.push(')');
+            at += open + len + 2;
+        }
+        out.push_str(&redact_word(&w[at..], ctx));
+        return out;
     }
     if !w.is_ascii() && w.contains(CJK_WRAPPERS) {
         let mut out = String::with_capacity(w.len());
@@ -3326,7 +3379,8 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             && key.contains('@')
             && key.rsplit_once('@').is_some_and(|(u, d)| !u.is_empty() && d.contains('.'))
             && !value.contains(['/', '@', ':'])
-            && credential_like(value)
+            && value.len() >= 10
+            && (password_like(value) || strong_credential(value))
         {
             // Postfix's `sasl_passwd` (`[smtp.host]:587 relay@example.com:password`), a login
             // given as `address:password`.
@@ -4940,6 +4994,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // are read as words of their own.
         if let Some(m) = marker_at(raw) {
             call_arg = None;
+            // A placeholder is the word it replaced: rules that count a line's words count it.
+            line_word += 1;
             as_a_masked_secret!();
             // A PuTTY key's private line masked on a first pass is one of its lines still.
             ppk_lines = ppk_lines.saturating_sub(1);
@@ -5633,7 +5689,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 _ => (bare_end.to_owned(), tail.as_str()),
             };
             // A quoted passphrase of dotted words is no reference (`'cobalt.quantum.whisper…'`).
-            let words = quote.is_some() && passphrase_words(&bare) && !dummy(&bare);
+            // (Dotted words only after a flag or a password's name, `--passphrase 'a.b.c.d'`,
+            // `password = "a.b.c.d"`: under another key they are as often a bundle id or a config
+            // path, `token: "com.acme.mobile.ios"`.)
+            let words = quote.is_some()
+                && passphrase_words(&bare)
+                && !dummy(&bare)
+                && (!bare.contains('.') || !weak || secret_flag(before).is_some());
             let template = !words && placeholder(raw.trim_start_matches(['"', '\'']))
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
                 || (core.starts_with("--") && core[2..].starts_with(|c: char| c.is_ascii_alphabetic()));
@@ -5872,9 +5934,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && !label.ends_with(['"', '\''])
             && !label.contains(['_', '.', '='])
             && !KEY_NOUNS.iter().any(|n| label.eq_ignore_ascii_case(n))
+            && !id_name(label)
             && !encoded_plain_text(core, ctx)
             && secret_kind(core).is_none()
-            && KEY_NOUNS.iter().any(|n| line_so_far_has(&out, n))
+            && names_a_key(&without_placeholders(line_behind(&out)))
         {
             out.push_str(pre);
             out.push_str(&ctx.mask("secret", core));
@@ -6026,7 +6089,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if pw_window > 0
             && stated
             && pre.is_empty()
-            && matches!(before, "is" | "was" | "phrase:" | "passphrase:")
+            && matches!(before, "is" | "was")
+            && (is_password_key(before2)
+                || matches!(before2.to_ascii_lowercase().as_str(), "phrase" | "passphrase"))
             && let Some((whole, end)) = word_run(raw, rest)
         {
             out.push_str(&ctx.mask("secret", &whole));
@@ -8269,5 +8334,41 @@ mod tests {
         let t = "Private-Lines: 1\nAAAAIBTNNA3iwF5tKJAsAjxRslFKCoyqrA1ZaoBoGZT9LnXjKBkN4mJnRCM4kAo0\nx4BG/zWYqUlGOFdbF3qHjitqD4CWEQaGj++=";
         let once = stable_each(&[t]);
         assert!(!once[0].contains("AAAAIBTNNA3i") && once[0].contains("x4BG/zWYqUlG"), "{}", once[0]);
+    }
+
+    #[test]
+    fn public_ids_prose_and_placeholders_kinds_do_not_pass_for_secrets() {
+        leaves_each(&[
+            "{\"from\":\"0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD\",\"value\":1}",
+            "channel: UCuAXFkgsw1L7xaCfnd5JJOw",
+            "{\"playlist\": \"PLrAXtmErZgOeiKm4sgNOknGvNjby9efdf\"}",
+            "source: 9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM",
+            "token refresh failed, trace: 4bf92f3577b34da6a3ce929d0e0e4736",
+            "yes, the monkey emoji plugin commit: a9f3e1c2b4d6f8a0c1e3b5d7f9a1c3e5",
+            "Rotated the API token yesterday. Build ID: kx83hf92jd83hf72ks02lqp4",
+            "jira: password sync is broken again since tuesday (see INC-42)",
+            "cache_key_hex: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "PUBLIC_KEY_B64=MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=",
+            "token: \"com.acme.mobile.ios\"",
+            "hello@example.com:Subject1 sent",
+        ]);
+        // A placeholder is the word it replaced, and its kind names no key: a second pass
+        // reads the line as the first did.
+        let once = stable_each(&[
+            "sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34 origin: Zq8LmVb2Nc7Tp9Rw1Ys6Ua5Od0Ie",
+            "a b c sqa_0c61ee1eb511ec7bb0a6b28e7a926c3191bd8445: 0x5aAeb6053F3E94C9b9A09f33669435E7Ef1BeAeD",
+        ]);
+        assert!(once.iter().all(|o| o.contains("[redacted:api-key]")), "{once:?}");
+    }
+
+    #[test]
+    fn many_tokens_in_one_cjk_run_are_each_masked_and_the_words_after_them_kept() {
+        let ids: Vec<String> = (0..14).map(|i| format!("令牌(Ab1Cd2Ef3Gh4Ij5K{i:02})")).collect();
+        let t = format!("已撤销：{}。其余配置不变，请联系管理员确认部署窗口。", ids.join("、"));
+        let out = redact_secrets(&t);
+        assert!(
+            !out.contains("Ab1Cd2Ef3Gh4Ij5K") && out.contains("其余配置不变，请联系管理员确认部署窗口"),
+            "{out}"
+        );
     }
 }
