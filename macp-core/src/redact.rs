@@ -2507,30 +2507,36 @@ const PAD_ANY: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
-/// Base64 that decodes to text holding a secret (a Kubernetes Secret's `data`, a Docker
-/// config's `.dockerconfigjson`, a connection string kept encoded): the kind found in it.
-/// Hashes, ids and binary decode to nothing readable and are passed by; text decoded once is
-/// not decoded again.
-fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
+/// Base64 of readable text: the text, when `w` is base64 (padded or not) of 12 bytes or more
+/// of UTF-8 with no control character but whitespace. Hashes, ids and binary decode to nothing
+/// readable. Text decoded once is not decoded again; a real encoded secret (a connection
+/// string, a `.dockerconfigjson`) is far shorter than 4 KiB.
+fn decoded_text(w: &str, ctx: &Ctx<'_>) -> Option<String> {
     use base64::Engine;
-    // Decoded text is redacted again, so a long word costs a second pass over it: a real
-    // encoded secret (a connection string, a `.dockerconfigjson`) is far shorter than 4 KiB.
     if ctx.nested
         || !(16..=4096).contains(&w.len())
         || !w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
     {
         return None;
     }
-    let plain = PAD_ANY.decode(w).ok()?;
-    let text = String::from_utf8(plain).ok()?;
-    if text.len() < 12 || text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace()) {
-        return None;
-    }
+    let text = String::from_utf8(PAD_ANY.decode(w).ok()?).ok()?;
+    (text.len() >= 12 && !text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace())).then_some(text)
+}
+
+/// The kind of the first secret in decoded `text` (redacted again, so a long word costs a
+/// second pass over it).
+fn secret_in(text: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
     let mut scratch = Redactions::default();
-    let mut inner = Ctx::new(ctx.off, &mut scratch, &text, true);
-    redact_all(&text, &mut inner);
+    let mut inner = Ctx::new(ctx.off, &mut scratch, text, true);
+    redact_all(text, &mut inner);
     let kind = scratch.0.keys().next()?;
     Some(KINDS.iter().find(|k| *k == kind).copied().unwrap_or("secret"))
+}
+
+/// Base64 that decodes to text holding a secret (a Kubernetes Secret's `data`, a Docker
+/// config's `.dockerconfigjson`, a connection string kept encoded): the kind found in it.
+fn encoded_secret(w: &str, ctx: &Ctx<'_>) -> Option<&'static str> {
+    decoded_text(w, ctx).and_then(|text| secret_in(&text, ctx))
 }
 
 /// "Token" and "key" in the languages chats are written in.
@@ -2541,6 +2547,7 @@ const KEY_NOUNS: &[&str] = &[
     "ключ",
     "токен",
     "키",
+    "토큰",
     "キー",
     "トークン",
     "密钥",
@@ -2737,9 +2744,7 @@ fn key_words(k: &str) -> impl Iterator<Item = &str> {
 /// browser`, Algolia's search key given to `algoliasearch(…)` in a page's code).
 fn said_public(out: &str) -> bool {
     // (The last 512 bytes at most: a long line of calls is not read back whole at each.)
-    let from =
-        (out.len().saturating_sub(512)..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
-    let tail = &out[from..];
+    let tail = tail(out, 512);
     let Some(cut) = tail.rfind('\n') else {
         return false;
     };
@@ -2754,17 +2759,10 @@ fn said_public(out: &str) -> bool {
 /// (`echo eyJyZWdpb24iOiAi… | base64 -d`, a ConfigMap's flags). A decoded word alone may be the
 /// password a Secret held, so it is not this.
 fn encoded_plain_text(w: &str, ctx: &Ctx<'_>) -> bool {
-    use base64::Engine;
-    if ctx.nested || w.len() > 4096 {
-        return false;
-    }
-    // (Padded or not: an annotation's value is often written without its `=`.)
-    let Some(text) = PAD_ANY.decode(w).ok().and_then(|p| String::from_utf8(p).ok()) else {
-        return false;
-    };
-    let readable = text.len() >= 12 && !text.chars().any(|c| c.is_control() && !c.is_ascii_whitespace());
-    let structured = text.trim_start().starts_with(['{', '[']) || text.trim().contains(' ');
-    readable && structured && encoded_secret(w, ctx).is_none()
+    decoded_text(w, ctx).is_some_and(|text| {
+        (text.trim_start().starts_with(['{', '[']) || text.trim().contains(' '))
+            && secret_in(&text, ctx).is_none()
+    })
 }
 
 /// An AWS secret access key on its own: 40 characters of base64 with upper and lower case and a
@@ -2913,10 +2911,10 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
         ['（', '）', '「', '」', '『', '』', '【', '】', '《', '》', '“', '”', '：', '，', '、', '；', '。'];
     // After a token's or a key's noun (`トークン（`, `새 토큰(`, ASCII brackets too in such a run),
     // what the brackets hold is that token when it looks like one.
-    const NOUNS: [&str; 9] = ["토큰", "키", "トークン", "キー", "令牌", "密钥", "秘钥", "токен", "ключ"];
+    let nouns = || KEY_NOUNS.iter().filter(|n| !n.is_ascii());
     // (Each in turn, along the word: a loop, so a run of many is not a recursion as deep.)
     let noun_paren = |s: &str| {
-        let open = NOUNS.iter().filter_map(|n| s.find(&format!("{n}(")).map(|i| i + n.len())).min()?;
+        let open = nouns().filter_map(|n| s.find(&format!("{n}(")).map(|i| i + n.len())).min()?;
         let len = s[open + 1..].find(')')?;
         (len >= 16 && strong_credential(&s[open + 1..open + 1 + len])).then_some((open, len))
     };
@@ -2943,7 +2941,7 @@ fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
             } else {
                 out.push_str(&redact_word(word, ctx));
             }
-            after_noun = NOUNS.iter().any(|n| word.ends_with(n));
+            after_noun = nouns().any(|n| word.ends_with(n));
             out.push_str(&piece[end..]);
         }
         return out;
@@ -3157,10 +3155,14 @@ fn line_so_far_has(out: &str, word: &str) -> bool {
 /// The end of `out`'s last line, at most 256 bytes of it: looks that stay inside a window cost
 /// the same however long the line (a line of many triggers is not scanned whole for each).
 fn line_behind(out: &str) -> &str {
-    let tail = out.len().saturating_sub(256);
-    let tail = (tail..=out.len()).find(|i| out.is_char_boundary(*i)).unwrap_or(out.len());
-    let line = &out[tail..];
+    let line = tail(out, 256);
     &line[line.rfind('\n').map_or(0, |i| i + 1)..]
+}
+
+/// The last `max` bytes of `s` at most, from a character's start.
+fn tail(s: &str, max: usize) -> &str {
+    let from = s.len().saturating_sub(max);
+    &s[(from..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len())..]
 }
 
 /// The start of `rest` up to its first line break, at most `max` bytes of it (see
@@ -4302,9 +4304,7 @@ fn reveals_secret(cmd: &str) -> bool {
     let piped = l.contains('|');
     let l = l
         .split(' ')
-        .filter(|w| {
-            !w.ends_with(".pub") && (piped || ![".enc", ".gpg", ".age"].iter().any(|e| w.ends_with(e)))
-        })
+        .filter(|w| !w.ends_with(".pub") && (piped || !ciphertext_file(w)))
         .collect::<Vec<_>>()
         .join(" ");
     let decodes = ["base64 -d", "base64 --decode"].iter().any(|d| l.contains(d));
@@ -4391,10 +4391,15 @@ fn reads_secret_file(cmd: &str) -> bool {
             let name = w.rsplit(['/', '\\']).next().unwrap_or(w);
             ["secret", "key", "token", "pass", "cookie", "cred", "pwd"].iter().any(|t| name.contains(t))
                 && ![".pub", ".crt", ".cer", ".csr"].iter().any(|e| name.ends_with(e))
-                // Rails' `credentials.yml.enc`, `secrets.gpg`, `*.age`: ciphertext, which only
-                // its key opens (unless piped to what decrypts it).
-                && (cmd.contains('|') || ![".enc", ".gpg", ".age"].iter().any(|e| name.ends_with(e)))
+                // (Unless piped to what decrypts it.)
+                && (cmd.contains('|') || !ciphertext_file(name))
         })
+}
+
+/// A file encrypted at rest (Rails' `credentials.yml.enc`, `secrets.gpg`, `*.age`): printed as
+/// it is, ciphertext, which only its key opens.
+fn ciphertext_file(name: &str) -> bool {
+    [".enc", ".gpg", ".age"].iter().any(|e| name.ends_with(e))
 }
 
 /// A command that filters or shows the text piped to it (`grep`, `sed`, `tee`, …): a word
@@ -5908,11 +5913,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // 0e00…": a line that names a token or a key, in any language, then a colon and a
         // random value (or 32 hex digits, as many vendors' keys are; not a 40- or 64-digit
         // digest).
-        let hex32 = || {
-            core.len() == 32
-                && core.bytes().all(|b| b.is_ascii_hexdigit())
-                && core.bytes().any(|b| b.is_ascii_alphabetic())
-        };
+        let hex32 = || core.len() == 32 && long_hex(core);
         let random = || {
             core.len() >= 20
                 && core.bytes().all(|b| b.is_ascii_alphanumeric())
