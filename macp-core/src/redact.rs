@@ -1729,7 +1729,9 @@ fn wireless_line(out: &str, rest: &str) -> bool {
 /// `*_PAT` or `*_pat` in code is as often a pattern, `IPV4_PAT = r"…"`).
 fn access_token_name(k: &str) -> bool {
     let k = k.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-    k.len() > 4 && (k.ends_with("_PAT") || k.ends_with("_pat")) || k.eq_ignore_ascii_case("pat")
+    // (In camel case too: `azureDevopsExtPat`.)
+    let camel = k.strip_suffix("Pat").is_some_and(|h| h.ends_with(|c: char| c.is_ascii_lowercase()));
+    k.len() > 4 && (k.ends_with("_PAT") || k.ends_with("_pat") || camel) || k.eq_ignore_ascii_case("pat")
 }
 
 /// A value Vault's audit log wrote in place of a secret: `hmac-sha256:` and the HMAC's hex
@@ -1835,9 +1837,11 @@ fn call(w: &str) -> bool {
             .find(')')
             .and_then(|c| args[c + 1..].chars().next())
             .is_some_and(|c| c.is_ascii_alphanumeric());
+        // No argument starts with `=`, `%` or `^` (Django's `'hw(=2n1…'` is a key).
         !f.is_empty()
             && !random
             && !runs_on
+            && !args.starts_with(['=', '%', '^', '~'])
             && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
     })
 }
@@ -2023,6 +2027,36 @@ fn shape(word: &str) -> Option<&'static str> {
         && body.bytes().all(|b| b.is_ascii_alphanumeric())
         && body.bytes().any(|b| b.is_ascii_digit())
         && body.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        return Some("api-key");
+    }
+    // The same without a vendor's head (Mollie's `live_…`, `test_…`): random past the prefix,
+    // with both cases and a digit, where a test's name is words.
+    if let Some(body) = word.strip_prefix("live_").or_else(|| word.strip_prefix("test_"))
+        && body.len() >= 24
+        && strong_credential(body)
+        && body.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Some("api-key");
+    }
+    // Ably's key: `app.key:secret` (`xVLyHw.921be05:mb9H_…`), the secret 30 characters or more
+    // of base64url; a host and port (`db.internal:5432`) is digits after the colon.
+    if let Some((ids, secret)) = word.split_once(':')
+        && let Some((app, key)) = ids.split_once('.')
+        && (4..=12).contains(&app.len())
+        && (4..=12).contains(&key.len())
+        && app.bytes().chain(key.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && secret.len() >= 30
+        && token_chars(secret)
+        && strong_credential(secret)
+    {
+        return Some("api-key");
+    }
+    // An app-only bearer token of X (Twitter): 20 `A`s or more, then URL-encoded base64.
+    if word.len() >= 80
+        && word.starts_with("AAAAAAAAAAAAAAAAAAAA")
+        && ["%3D", "%2B", "%2F"].iter().any(|e| word.contains(e))
+        && word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'%')
     {
         return Some("api-key");
     }
@@ -2812,15 +2846,35 @@ fn secret_value(v: &str, weak: bool) -> bool {
     if placeholder(v) || (v.contains("://") && !v.contains('@')) {
         return false;
     }
+    // Another script's particle glued on (`0226에`, "at 0226") is not part of the value.
+    let v = Some(v.trim_end_matches(|c: char| !c.is_ascii())).filter(|a| !a.is_empty()).unwrap_or(v);
     if weak {
         // (Or 24 lower-case letters and more: no word is that long, a token may be, logz.io's.)
         return (credential_like(v) && !dotted_name(v))
             || (v.len() >= 24 && v.bytes().all(|b| b.is_ascii_lowercase()));
     }
+    if v.is_empty() {
+        return false;
+    }
     let letters = v.chars().all(|c| c.is_ascii_alphabetic());
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
     let number = v.chars().all(|c| c.is_ascii_digit());
-    !v.is_empty() && !word && !number
+    !word && !number && !clock_time(v)
+}
+
+/// A time of day (`02:26`, `14:05:09`): when a password was changed, not what to.
+fn clock_time(t: &str) -> bool {
+    let mut parts = t.split(':');
+    let hours =
+        parts.next().is_some_and(|h| (1..=2).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_digit()));
+    let mut rest = 0;
+    for p in parts.by_ref() {
+        if p.len() != 2 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        rest += 1;
+    }
+    hours && (1..=2).contains(&rest)
 }
 
 /// What ODBC's braces hold (`{xwrg^P_ih~…}`): a value, not an object (no `:`, `"` or `,`).
@@ -3698,6 +3752,8 @@ fn copula(w: &str) -> bool {
         // French's "c'est" ("la clé API c'est …").
         || ((5..=7).contains(&w.len()) && ascii(&["c'est", "c’est"]))
         || (!w.is_ascii() && ["は", "是", "为", "為", "：", "는", "은", "это"].iter().any(|p| w.ends_with(p)))
+        // Arabic's "it is" (`هي`, `هو`).
+        || matches!(w, "هي" | "هو")
 }
 
 /// Nouns that turn a sentence about a secret to another thing of it (its name, its policy, a
@@ -3787,6 +3843,20 @@ fn long_hex(w: &str) -> bool {
         && w.bytes().all(|c| c.is_ascii_hexdigit())
         && w.bytes().any(|c| c.is_ascii_digit())
         && w.bytes().any(|c| c.is_ascii_alphabetic())
+}
+
+/// Hex of an AES key's length (16, 24 or 32 bytes), which a key's name takes for the key only
+/// where the text names a cipher (a `key:` holding hex is as often a digest or a cache's key).
+fn cipher_key_hex(w: &str) -> bool {
+    matches!(w.len(), 32 | 48 | 64) && long_hex(w)
+}
+
+/// The text names a cipher or encryption (`algorithm: aes-256-gcm`, `[storage.encryption]`).
+fn names_a_cipher(behind: &str) -> bool {
+    let b = behind.as_bytes();
+    ["aes", "encrypt", "cipher", "chacha"]
+        .iter()
+        .any(|n| b.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n.as_bytes())))
 }
 
 /// An OTP seed (a TOTP secret): base32, sixteen characters or more, one case, with a digit.
@@ -4114,12 +4184,15 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("simple_bind", 1, false),
     ("bind_s", 1, false),
     ("ldap_bind", 2, false),
+    ("ldap3.Connection", 2, false),
     // Keys handed to a cipher, a MAC, a token signer or a wallet: `Fernet(b'…')`,
     // `hmac.new(b"…", body, …)`, `jwt.sign(payload, "…")`, `new ethers.Wallet('…')` (a name
     // with a `.` is matched with what it is called on).
     ("Fernet", 0, true),
     ("AESGCM", 0, true),
     ("ChaCha20Poly1305", 0, true),
+    // Java's `new SecretKeySpec("…".getBytes(…), "AES")`.
+    ("SecretKeySpec", 0, true),
     ("hmac.new", 0, true),
     ("HMAC", 0, true),
     ("createHmac", 1, true),
@@ -4967,6 +5040,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if raw.starts_with('}') {
             secret_object = None;
         }
+        // A TOML or INI section named for a secret (`[mistral_api_key]`): its `value` is the
+        // secret, as in a JSON object of that name; the next section ends it.
+        // (Its words are not counted yet: this is the line's first.)
+        if line_word == 0 && raw.starts_with('[') && raw.ends_with(']') && !raw.starts_with("[redacted:") {
+            let name = &raw[1..raw.len() - 1];
+            secret_object = is_secret_key(name).then(|| !is_password_key(name));
+        }
         if raw.starts_with(']') {
             crypt_block = false;
         }
@@ -5029,11 +5109,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core == "tokens" && (post.starts_with('{') || line_words(rest, 4).next() == Some("{")) {
             consul_tokens = true;
         }
-        // PuTTY's key file: the lines after `Private-Lines: N` are the private key.
-        if std::mem::take(&mut ppk_count)
-            && let Ok(n) = core.parse::<u8>()
-        {
-            ppk_lines = n.min(64);
+        // PuTTY's key file: the lines after `Private-Lines: N` are the private key, and so is
+        // every base64 line after them up to `Private-MAC:` (a key pasted through a chat that
+        // wrapped its lines has more than its count says).
+        if std::mem::take(&mut ppk_count) && core.parse::<u8>().is_ok() {
+            ppk_lines = 64;
             out.push_str(raw);
             continue;
         }
@@ -5048,6 +5128,23 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         if core == "Private-Lines:" {
             ppk_count = true;
+        }
+        // A random word alone on a chat's first line that the next line says was a password
+        // ("wrong window, that was my sudo prompt"): typed into the wrong window.
+        if raw == core
+            && line_behind(&out).trim().is_empty()
+            && line_ahead(rest, 64).trim().is_empty()
+            && core.len() >= 12
+            && random_value(core)
+            && strong_credential(core)
+            && let Some(next) = rest.trim_start_matches([' ', '\t', '\r']).strip_prefix('\n')
+            && {
+                let next = line_ahead(next, 160).to_ascii_lowercase();
+                ["password", "passphrase", "sudo prompt", "wrong window"].iter().any(|w| next.contains(w))
+            }
+        {
+            out.push_str(&ctx.mask("secret", core));
+            continue;
         }
         // A Windows-style password flag: FreeRDP's `/p:…`, cmdkey's `/pass:…`, `/password:…`.
         // (`xfreerdp`, `wlfreerdp`, `sdl-freerdp`, FreeRDP 3's `xfreerdp3`.)
@@ -5225,7 +5322,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let second_half = std::mem::take(&mut code_pair) && code_half(core);
             let first_half =
                 !second_half && code_half(core) && line_words(rest, 8).next().is_some_and(code_half);
-            if second_half || first_half || recovery_code(core) {
+            // GitHub's shape (`losuu-coyqp`: two groups of five, lower case) even with no digit.
+            let github = core.len() == 11
+                && core
+                    .split('-')
+                    .all(|g| g.len() == 5 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+            if second_half || first_half || recovery_code(core) || github {
                 code_pair = first_half;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
@@ -5369,7 +5471,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         match std::mem::take(&mut material) {
-            1 if key_material(core) => {
+            1 if key_material(core) || (cipher_key_hex(core) && names_a_cipher(self::tail(&out, 256))) => {
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
                 out.push_str(post);
@@ -5427,6 +5529,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             } else if admins_section && core == "=" && line_word == 2 {
                 // CouchDB's `[admins]` section: `name = password`.
                 pending = Some(("secret", false));
+            } else if let Some(weak) = secret_object.filter(|_| line_word == 2 && before == "value") {
+                // `value = …` in a section named for a secret.
+                pending = Some(("secret", weak));
             }
             bare_key = None;
             out.push_str(raw);
@@ -5467,7 +5572,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // `echo -n 'drizzle uplift hazel falcon' | cryptsetup …`: a quoted passphrase of words
         // echoed, read whole.
         // (`echo -n`'s flags come before what it echoes.)
-        if after_echo && matches!(core, "-n" | "-e" | "-ne" | "-en") {
+        // (`printf '%s\n' …`'s format comes before what it prints.)
+        if after_echo
+            && (matches!(core, "-n" | "-e" | "-ne" | "-en") || (before == "printf" && core.contains('%')))
+        {
             out.push_str(raw);
             continue;
         }
@@ -5494,7 +5602,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let s = out.len() + pre.len();
             echoed = Some((s, s + vcore.len(), vcore.to_owned()));
         }
-        if core == "echo" {
+        if core == "echo" || core == "printf" {
             after_echo = true;
         }
         let command = std::mem::replace(
@@ -5563,7 +5671,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if command == "qshell" && core == "account" {
             // Qiniu's `qshell account ACCESS_KEY SECRET_KEY NAME`.
             positional = Some(1);
-        } else if command == "bitcoin-cli" && core == "importprivkey" {
+        } else if core == "importprivkey" {
+            // Bitcoin Core's RPC, through `bitcoin-cli` or typed into its console.
             positional = Some(0);
         } else if command == "mc" && core == "alias" {
             // MinIO's `mc alias set NAME URL ACCESS_KEY SECRET_KEY`.
@@ -5849,6 +5958,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && !(core == "-P" && line_so_far_has(&out, "minisign"))
             && !(core == "-p" && git_line))
             || (core == "-t" && line_so_far_has(&out, "codecov"))
+            // `gh secret set NAME --body VALUE`.
+            || (matches!(core, "--body" | "-b") && line_so_far_has(&out, "secret set "))
             || (core == "--value"
                 && ["securestring", "password", "secret", "token"].iter().any(|t| line_so_far_has(&out, t)))
             || (snmp && matches!(core, "-A" | "-X" | "-c"))
@@ -5980,6 +6091,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (pw_prev_line && key.eq_ignore_ascii_case("value") && line_word <= 2)
                 || (ctx.jwk && jwk_private(key))
                 || (key.eq_ignore_ascii_case("key") && std::mem::take(&mut prev_qualifies))
+                // (A token's value, not a pattern's: see [`access_token_name`].)
+                || (access_token_name(key)
+                    && line_words(rest, 256).next().is_some_and(|v| {
+                        let v = v.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+                        random_value(v) && v.len() >= 20
+                    }))
                 || (wireless_key(key) && wireless_line(&out, rest)))
         {
             wireless_value = wireless_key(key) && wireless_line(&out, rest);
@@ -6048,8 +6165,18 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         prev_qualifies = key_qualifier(l);
         // Other languages' "API key": compounded (`API-Schlüssel`), or the noun first (`clé
         // API`, `chave de API`, `chiave dell'API`).
+        // Their secret keys too (`clé secrète`, `clave secreta`, `chiave segreta`).
+        let secret_adjective = |l: &[u8]| {
+            ["secrète", "secrete", "secreta", "secreto", "segreta", "geheime"]
+                .iter()
+                .any(|a| l == a.as_bytes())
+        };
         if (l.starts_with(b"api") && foreign_key_noun(&l[3..]))
-            || (key_noun > 0 && (l == b"api" || l.ends_with(b"'api") || l.ends_with("’api".as_bytes())))
+            || (key_noun > 0
+                && (l == b"api"
+                    || l.ends_with(b"'api")
+                    || l.ends_with("’api".as_bytes())
+                    || secret_adjective(l)))
         {
             pw_window = 10;
             about_other = false;
@@ -6059,6 +6186,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // with admin / …".
         if login_word(l) {
             login_window = 12;
+        }
+        // "when it prompts, use …", "at the prompt enter …": what to type at a prompt for a
+        // secret, when it looks like a password.
+        if matches!(l, b"use" | b"enter" | b"type")
+            && ["prompts", "prompt", "prompted", "prompts,", "prompt,", "prompted,"]
+                .iter()
+                .any(|p| before.eq_ignore_ascii_case(p))
+        {
+            login_window = 3;
         }
         login_window = login_window.saturating_sub(1);
         // An app password written out in a sentence about one, unquoted ("an app password on
@@ -6223,6 +6359,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 || (core.eq_ignore_ascii_case("passe") && before.eq_ignore_ascii_case("de"))
                 // Vietnamese's `mật khẩu`.
                 || (core == "khẩu" && before.eq_ignore_ascii_case("mật"))
+                // Arabic's `كلمة المرور` and `كلمة السر` ("and the password", `وكلمة …`, too).
+                || (matches!(core, "المرور" | "السر") && before.ends_with("كلمة"))
                 || (core.eq_ignore_ascii_case("d'ordine") && before.eq_ignore_ascii_case("parola")));
         // Not an object's value (`"eventName": "DeleteAccessKey",`): a quoted word after a
         // key's colon, closed by a comma. (PHP's `define( 'AUTH_KEY', '…' )` names one.)
@@ -8329,12 +8467,88 @@ mod tests {
     }
 
     #[test]
-    fn a_putty_keys_masked_private_line_still_counts_on_a_second_pass() {
-        // `Private-Lines: 1`, then the one line: the line after it is not the key's, on the
-        // first pass or the second (which read the placeholder as no line and took the next).
-        let t = "Private-Lines: 1\nAAAAIBTNNA3iwF5tKJAsAjxRslFKCoyqrA1ZaoBoGZT9LnXjKBkN4mJnRCM4kAo0\nx4BG/zWYqUlGOFdbF3qHjitqD4CWEQaGj++=";
+    fn a_putty_keys_private_lines_run_to_its_mac_line_on_every_pass() {
+        // `Private-Lines: 1`, then two lines of base64 (a chat wrapped the one): both are the
+        // key's, on the first pass and on the second (which reads the placeholder as a line);
+        // the MAC's line is not.
+        let t = "Private-Lines: 1\nAAAAIBTNNA3iwF5tKJAsAjxRslFKCoyqrA1ZaoBoGZT9LnXjKBkN4mJnRCM4kAo0\nx4BG/zWYqUlGOFdbF3qHjitqD4CWEQaGj++=\nPrivate-MAC: f6b267f7bd0e1c8da16540d36fd442e7";
         let once = stable_each(&[t]);
-        assert!(!once[0].contains("AAAAIBTNNA3i") && once[0].contains("x4BG/zWYqUlG"), "{}", once[0]);
+        assert!(
+            !once[0].contains("AAAAIBTNNA3i")
+                && !once[0].contains("x4BG/zWYqUlG")
+                && once[0].contains("Private-MAC: "),
+            "{}",
+            once[0]
+        );
+    }
+
+    #[test]
+    fn vendor_shapes_sections_cipher_keys_and_secrets_in_more_places_are_masked() {
+        masks_each(&[
+            (
+                "const ably = new Ably.Realtime('xVLyHw.921be05:mb9H_ijynke7LHOT9rZWp8GyUyhFr7ZOkMMXeo502fx');",
+                "mb9H_ijynke7",
+            ),
+            ("the partner key (live_NOk5oaJkuZLt6LRDwy9i0wafEdQGupQ7) had been revoked", "NOk5oaJkuZLt"),
+            (
+                "bearer = AAAAAAAAAAAAAAAAAAAAA0VwkugVrw3ZnpLcPN0ApGRSk0%3DOHraGrZrZjCvwoM1bvu7IWswBXD907DpQBWrvuh296WXZcEEV6",
+                "0VwkugVrw3Zn",
+            ),
+            (
+                "[mistral_api_key]\nvalue = \"ju0nLSl6GSi5L7JHtWkWLRCXZLnLGkWd\"\nowner = \"zara\"",
+                "ju0nLSl6GSi5",
+            ),
+            (
+                "encryption:\n  algorithm: aes-256-gcm\n  key: 32b892c31811317fd48cf38c60a34d41452f80722465b1f3bf88d924aa2c5299",
+                "32b892c31811",
+            ),
+            (
+                "\"azureDevopsExtPat\": \"gixive5qdiqeahbwldrue27dsobg4u6wsqyljbn4qm7aweifdize\",",
+                "gixive5qdiqe",
+            ),
+            (
+                "importprivkey 5JpdRpbY3bdRwC6hSmXYQG7QqNLvLtaSKwfqejuAQhPVbzBNPS3 \"cold\" false",
+                "5JpdRpbY3bdR",
+            ),
+            ("printf '%s' 'mwf5LB8iXQpDzXlfb' | docker secret create pg_password -", "mwf5LB8iXQpD"),
+            (
+                "gh secret set AUTH0_CLIENT_SECRET --body 'zLT12VXPB-ld1WJ-Z7NQN8xVCP6CIbBP7vg' --repo acme/x",
+                "zLT12VXPB-ld",
+            ),
+            ("SECRET_KEY = 'hw(=2n1ltng672^ctw+5%lnrjwqnx1ocoa-bd6=1&!ge(%domc'", "2n1ltng672"),
+            (
+                "new SecretKeySpec(\"SZyjpvAcxs2GRB8TiXQ7zgB5k6qiQS7R\".getBytes(UTF_8), \"AES\");",
+                "SZyjpvAcxs2G",
+            ),
+            (
+                "ldap3.Connection(server, 'cn=svc,dc=corp', 'orc2qa-hatpzy-7wufmx', auto_bind=True)",
+                "orc2qa-hatpzy",
+            ),
+            (
+                "la clé secrète du webhook (whk_HPQTSV1zyyLs7r98D4beSLAMx4JCxtBb) était codée en dur",
+                "HPQTSV1zyyLs",
+            ),
+            ("كلمة المرور لحساب الخدمة هي Tundra6904!Copper59 ويجب تغييرها", "Tundra6904!C"),
+            ("وكلمة المرور الجديدة: Raven-kestrel-zephyr2856*", "Raven-kestrel"),
+            ("Used backup code losuu-coyqp to get into the org", "losuu-coyqp"),
+            (
+                "cryptsetup luksOpen /dev/nvme1n1 data → when it prompts, use Prairie-glacier-walnut2017*",
+                "Prairie-glacier",
+            ),
+            ("3oJOZJGOcXezaRqHfZFN7K\npriya: ugh, wrong window, that was my sudo prompt", "3oJOZJGOcXez"),
+        ]);
+        leaves_each(&[
+            "비밀번호는 02:26에 변경했고 Vault에만 저장했습니다.",
+            "db.internal:5432 and redis.cache-01:6379",
+            "cache:\n  key: 32b892c31811317fd48cf38c60a34d41452f80722465b1f3bf88d924aa2c5299",
+            "[service]\nvalue = \"ju0nLSl6GSi5L7JHtWkWLRCXZLnLGkWd\"",
+            "IPV4_PAT: r\"\\d{1,3}(\\.\\d{1,3}){3}\"",
+            "gh issue create --body 'fix the build'",
+            "printf 'Deploy done in 5s\\n' | tee log",
+            "when it prompts, use the --force flag",
+            "the backup code flow-based rotation is described in the runbook",
+            "deploy-7f9c8d6b5-x2kqz\nthe pod restarted, password rotation is unrelated",
+        ]);
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //!   `redaction-unseen.jsonl`, `redaction-sixth.jsonl`, `redaction-seventh.jsonl`,
 //!   `redaction-eighth.jsonl`, `redaction-ninth.jsonl`, `redaction-tenth.jsonl`,
 //!   `redaction-eleventh.jsonl`, `redaction-twelfth.jsonl`, `redaction-thirteenth.jsonl`,
-//!   `redaction-fourteenth.jsonl`, `redaction-fifteenth.jsonl`, `redaction-sixteenth.jsonl` and
-//!   `redaction-seventeenth.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-fourteenth.jsonl`, `redaction-fifteenth.jsonl`, `redaction-sixteenth.jsonl`,
+//!   `redaction-seventeenth.jsonl`, `redaction-eighteenth.jsonl` and
+//!   `redaction-nineteenth.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
-//!   eleventh's: 0.900, 2.50%; the twelfth's: 0.960, 2.50%; the thirteenth's: 0.971, 2.50%; the fourteenth's: 0.966, 1.00%; the fifteenth's: 0.946, 1.25%; the sixteenth's: 0.946, 0.00%; the seventeenth's: 0.971, 0.50%),
+//!   eleventh's: 0.900, 2.50%; the twelfth's: 0.960, 2.50%; the thirteenth's: 0.971, 2.50%; the
+//!   fourteenth's: 0.966, 1.00%; the fifteenth's: 0.946, 1.25%; the sixteenth's: 0.946, 0.00%;
+//!   the seventeenth's: 0.971, 0.50%; the eighteenth's: 0.986, 0.75%; the nineteenth's: 0.957,
+//!   0.00%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -124,7 +128,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 17] = [
+const SETS: [(&str, &str); 19] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -142,6 +146,8 @@ const SETS: [(&str, &str); 17] = [
     ("fifteenth", include_str!("redaction-fifteenth.jsonl")),
     ("sixteenth", include_str!("redaction-sixteenth.jsonl")),
     ("seventeenth", include_str!("redaction-seventeenth.jsonl")),
+    ("eighteenth", include_str!("redaction-eighteenth.jsonl")),
+    ("nineteenth", include_str!("redaction-nineteenth.jsonl")),
 ];
 
 #[test]
