@@ -1351,6 +1351,7 @@ fn password_like(w: &str) -> bool {
         && !pair
         && !w.contains(['/', '@'])
         && !placeholder(w)
+        && !shell_prompt(w)
 }
 
 /// A quoted passphrase that goes on past its first word (`'saffron harbor tundra violet'`,
@@ -1375,6 +1376,20 @@ fn passphrase_words(w: &str) -> bool {
             (3..=10).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_lowercase())
         })
         && n >= 4
+}
+
+/// Words joined by dots with a number at the end (`kelp.piston.kelp24`): a passphrase as
+/// generators write them, where a host's last part is its domain's.
+fn dotted_passphrase(w: &str) -> bool {
+    let parts = || w.split('.');
+    parts().count() >= 3
+        && parts().all(|p| {
+            let letters = p.trim_end_matches(|c: char| c.is_ascii_digit());
+            (3..=12).contains(&letters.len())
+                && letters.bytes().all(|b| b.is_ascii_lowercase())
+                && p.len() <= 16
+        })
+        && w.ends_with(|c: char| c.is_ascii_digit())
 }
 
 /// A passphrase of four to twelve words written out in a sentence (`ember bramble otter
@@ -2038,6 +2053,13 @@ fn shape(word: &str) -> Option<&'static str> {
         && body.bytes().all(|b| b.is_ascii_alphanumeric())
     {
         return Some("api-key");
+    }
+    // A 1Password account's Secret Key (`A3-4GX1N9-0GOYC4-…`, seven groups).
+    if word.starts_with("A3-")
+        && word.split('-').count() == 7
+        && word.split('-').all(|g| (2..=6).contains(&g.len()) && upper_alnum(g))
+    {
+        return Some("secret");
     }
     // Ably's key: `app.key:secret` (`xVLyHw.921be05:mb9H_…`), the secret 30 characters or more
     // of base64url; a host and port (`db.internal:5432`) is digits after the colon.
@@ -2848,6 +2870,11 @@ fn secret_value(v: &str, weak: bool) -> bool {
     }
     // Another script's particle glued on (`0226에`, "at 0226") is not part of the value.
     let v = Some(v.trim_end_matches(|c: char| !c.is_ascii())).filter(|a| !a.is_empty()).unwrap_or(v);
+    // Ports, addresses and numbers (`5432:5432` after docker's `-p`), Twilio's ids, a shell's
+    // prompt read where a value was waited for: never a secret.
+    if v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.') || twilio_sid(v) || shell_prompt(v) {
+        return false;
+    }
     if weak {
         // (Or 24 lower-case letters and more: no word is that long, a token may be, logz.io's.)
         return (credential_like(v) && !dotted_name(v))
@@ -2860,6 +2887,22 @@ fn secret_value(v: &str, weak: bool) -> bool {
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
     let number = v.chars().all(|c| c.is_ascii_digit());
     !word && !number && !clock_time(v)
+}
+
+/// A Twilio resource's id (`SM…`, `AC…`: two capitals and 32 hex digits), in every message's
+/// record; its auth token has no prefix.
+fn twilio_sid(v: &str) -> bool {
+    v.len() == 34
+        && v.as_bytes()[..2].iter().all(u8::is_ascii_uppercase)
+        && v[2..].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A shell's prompt (`bash-5.2$`, `sh-4.4#`).
+fn shell_prompt(v: &str) -> bool {
+    v.strip_suffix(['$', '#']).and_then(|h| h.split_once('-')).is_some_and(|(sh, version)| {
+        matches!(sh, "bash" | "sh" | "zsh" | "ksh")
+            && version.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    })
 }
 
 /// A time of day (`02:26`, `14:05:09`): when a password was changed, not what to.
@@ -3389,11 +3432,7 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         let jaas_user = ctx.jaas && key.len() > 5 && key.starts_with("user_");
         // A session's or a message's id under `sid` (Twilio's `SM` and 32 hex digits, a Splunk
         // search job's `scheduler__…`) is no session secret.
-        let sid_id = named(key, &["sid"])
-            && ((bare.len() == 34
-                && bare.as_bytes()[..2].iter().all(u8::is_ascii_uppercase)
-                && bare[2..].bytes().all(|b| b.is_ascii_hexdigit()))
-                || bare.matches("__").count() >= 2);
+        let sid_id = named(key, &["sid"]) && (twilio_sid(bare) || bare.matches("__").count() >= 2);
         // A shell's working directory (`PWD=/app` in `env`'s output), not a password.
         let cwd = matches!(key, "PWD" | "OLDPWD") && bare.starts_with(['/', '~']);
         let masked = if sid_id || cwd || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
@@ -6187,6 +6226,24 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if login_word(l) {
             login_window = 12;
         }
+        // A login written `user / password` (`root / %uIAk8!Tt@…`, `.\Administrator /
+        // Marble_beacon666!`): the word after the slash, when it has a symbol, a digit and
+        // both cases, and no dot (an address has one).
+        if core == "/"
+            && (2..=32).contains(&before.trim_start_matches(".\\").len())
+            && before
+                .trim_start_matches(".\\")
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+            && line_words(rest, 72).next().is_some_and(|n| {
+                let symbol = n.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
+                symbol && !n.contains(['.', '/']) && strong_credential(&n.replace(['=', ':'], ""))
+            })
+        {
+            pending = Some(("secret", false));
+            out.push_str(raw);
+            continue;
+        }
         // "when it prompts, use …", "at the prompt enter …": what to type at a prompt for a
         // secret, when it looks like a password.
         if matches!(l, b"use" | b"enter" | b"type")
@@ -6264,7 +6321,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                         || password_like(w)
                         || base32_seed(w)
                         || (at_value && stated_value(w))
-                        || ((at_value || after_name) && passphrase_words(w))
+                        || ((at_value || after_name) && (passphrase_words(w) || dotted_passphrase(w)))
                         // Key material, base64 or hex, in a sentence about the secret's value.
                         || (!about_other && (key_material(w) || long_hex(w))))
             })
@@ -8548,6 +8605,25 @@ mod tests {
             "when it prompts, use the --force flag",
             "the backup code flow-based rotation is described in the runbook",
             "deploy-7f9c8d6b5-x2kqz\nthe pod restarted, password rotation is unrelated",
+        ]);
+    }
+
+    #[test]
+    fn dotted_passphrases_slash_logins_and_1password_keys_are_masked_ports_sids_and_prompts_are_not() {
+        masks_each(&[
+            ("la password dell'utente di backup è kelp.piston.kelp24", "kelp.piston.kelp24"),
+            ("Passwort für den Wartungszugang: saffron.walnut.harbor48 — bitte ändern", "saffron.walnut"),
+            ("ssh -p 2222 support@10.11.98.36 — password meadow.nimbus.cinder92", "meadow.nimbus"),
+            ("iDRAC for db-bare-03: https://10.24.44.161 root / %uIAk8!Tt@1ynZE@%=f7", "%uIAk8!Tt@1y"),
+            ("rdp into 10.42.97.38 as .\\Administrator / Marble_beacon666! and check", "Marble_beacon"),
+            ("emergency kit: Secret Key A3-4GX1N9-0GOYC4-XSYE3-X7HI1-9WANS-O2B23", "4GX1N9-0GOYC4"),
+        ]);
+        leaves_each(&[
+            "the password for grafana is in vault at secret.ops.grafana2",
+            "read / write ratio is 3 / 1",
+            "docker run -e POSTGRES_PASSWORD=changeme -p 5432:5432 postgres:16",
+            "{\"sid\": \"SM0123456789abcdef0123456789abcdef\", \"account_sid\": \"AC0123456789abcdef0123456789abcdef\"}",
+            "bash-5.2$ read -rs -p \"db password: \" PGPASSWORD\ndb password: \nbash-5.2$ pg_dump -h db -U django",
         ]);
     }
 
