@@ -218,13 +218,12 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// twenty-first, written side by side and both first measured with the rules tuned on nineteen
 /// sets (18cd9e1), never tuned on: the twentieth recall 0.9714 (340 of 350), false positives
 /// 1.00% (4 of 400); the twenty-first recall 0.9657 (338 of 350), false positives 0.75% (3 of
-/// 400); together 0.9686 (678 of 700) and 0.88% (7 of 800); tuned on since (the commit that
-/// added the twenty-second and twenty-third), 0.9743 and 0.75%, 0.9800 and 0.25%, and
-/// development sets since. The twenty-second and the twenty-third, written side by side and both
-/// first measured with the rules tuned on twenty-one sets, never tuned on: the twenty-second
-/// recall 0.9771 (342 of 350), false positives 1.00% (4 of 400); the twenty-third recall 0.9771
-/// (342 of 350), false positives 2.25% (9 of 400); together 0.9771 (684 of 700) and 1.63% (13 of
-/// 800).
+/// 400); together 0.9686 (678 of 700) and 0.88% (7 of 800); tuned on since (d310e59, in part),
+/// 0.9743 and 0.75%, 0.9800 and 0.25%, and development sets since. The twenty-second and the
+/// twenty-third, written side by side and both first measured with the rules tuned on twenty-one
+/// sets (d310e59, the final rules), never tuned on: the twenty-second recall 0.9771 (342 of 350),
+/// false positives 1.00% (4 of 400); the twenty-third recall 0.9771 (342 of 350), false
+/// positives 2.25% (9 of 400); together 0.9771 (684 of 700) and 1.63% (13 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
     ("twenty-second", include_str!("redaction-twenty-second.jsonl"), 0.97, 0.01),
     ("twenty-third", include_str!("redaction-twenty-third.jsonl"), 0.97, 0.0225),
