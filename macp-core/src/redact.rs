@@ -1500,6 +1500,7 @@ fn placeholder(w: &str) -> bool {
     let starts = |p: &str| w.len() >= p.len() && w.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes());
     w.is_empty()
         || w == "*"
+        || sops_value(w)
         // A password hash (`$apr1$…`) is not a variable, nor is a value whose name would run
         // into symbols no reference has (`$sx6a9o8tf(cow)…*^`, a Django key).
         || (w.starts_with('$') && !crypt_hash(w) && !symbols_after_name(&w[1..]))
@@ -2051,6 +2052,15 @@ fn shape(word: &str) -> Option<&'static str> {
         && body.len() >= 24
         && strong_credential(body)
         && body.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Some("api-key");
+    }
+    // A HubSpot private app's token: `pat-` and a region (`na1`, `eu1`), then a UUID.
+    if let Some(rest) = word.strip_prefix("pat-")
+        && let Some((region, id)) = rest.split_once('-')
+        && region.len() == 3
+        && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && uuid(id)
     {
         return Some("api-key");
     }
@@ -2872,7 +2882,11 @@ fn secret_value(v: &str, weak: bool) -> bool {
     let v = Some(v.trim_end_matches(|c: char| !c.is_ascii())).filter(|a| !a.is_empty()).unwrap_or(v);
     // Ports, addresses and numbers (`5432:5432` after docker's `-p`), Twilio's ids, a shell's
     // prompt read where a value was waited for: never a secret.
-    if v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.') || twilio_sid(v) || shell_prompt(v) {
+    if v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.')
+        || twilio_sid(v)
+        || shell_prompt(v)
+        || ticket_id(v)
+    {
         return false;
     }
     if weak {
@@ -2887,6 +2901,25 @@ fn secret_value(v: &str, weak: bool) -> bool {
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
     let number = v.chars().all(|c| c.is_ascii_digit());
     !word && !number && !clock_time(v)
+}
+
+/// A value SOPS encrypted (`ENC[AES256_GCM,data:…,iv:…,tag:…,type:str]`): ciphertext whose
+/// key is elsewhere, not the secret.
+fn sops_value(w: &str) -> bool {
+    // (Its `ENC[` may have been read as a wrapper already.)
+    let w = w.strip_prefix("ENC[").unwrap_or(w);
+    w.starts_with("AES256_GCM,data:") && w.contains(",iv:") && w.contains(",tag:")
+}
+
+/// A name Kubernetes generated (`reporting-tls-fndc4`, `api-7d9f8b6c5d-x2kqz`): words joined by
+/// `-`, the last five characters of its alphabet (no vowels, no `0`, `1` or `3`).
+fn generated_k8s_name(w: &str) -> bool {
+    let last = w.rsplit('-').next().unwrap_or(w);
+    w.len() > last.len()
+        && w.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && last.len() == 5
+        && last.bytes().all(|b| b"bcdfghjklmnpqrstvwxz2456789".contains(&b))
+        && last.bytes().any(|b| b.is_ascii_lowercase())
 }
 
 /// A Twilio resource's id (`SM…`, `AC…`: two capitals and 32 hex digits), in every message's
@@ -2995,6 +3028,9 @@ fn redact_word(w: &str, ctx: &mut Ctx<'_>) -> String {
 }
 
 fn redact_word_at(w: &str, ctx: &mut Ctx<'_>) -> String {
+    if sops_value(w) {
+        return w.to_owned();
+    }
     // Most words are short and plain (`deploy`, `p99`, `2.5%`, `orders-db`): no rule below takes
     // one (every shape is ten bytes or more, every other rule needs a `$`, `[`, `:`, `=`, `(`,
     // `/`, a quote or a separator), so it is as written, without the walk through them all.
@@ -3872,6 +3908,21 @@ fn stated_value(w: &str) -> bool {
         && !w.contains('/')
         && !dotted_name(w)
         && !placeholder(w)
+        && !ticket_id(w)
+        && !generated_k8s_name(w)
+}
+
+/// A tracker's ticket (`OPS-2635`, `INC-8639`), maybe with another script's punctuation glued
+/// on (`OPS-8544。`): the ticket a rotation was done under, not the new secret.
+fn ticket_id(w: &str) -> bool {
+    let w = w.split(|c: char| !c.is_ascii()).next().unwrap_or(w);
+    w.split_once('-').is_some_and(|(project, n)| {
+        (2..=10).contains(&project.len())
+            && project.as_bytes()[0].is_ascii_uppercase()
+            && project.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            && (1..=7).contains(&n.len())
+            && n.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Hex of sixteen bytes or more (an AES or HMAC key, a private key's 64 digits), with letters
@@ -4230,6 +4281,8 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("Fernet", 0, true),
     ("AESGCM", 0, true),
     ("ChaCha20Poly1305", 0, true),
+    // .NET's `new AuthenticationHeaderValue("Bearer", "…")`: the scheme, then the credential.
+    ("AuthenticationHeaderValue", 1, true),
     // Java's `new SecretKeySpec("…".getBytes(…), "AES")`.
     ("SecretKeySpec", 0, true),
     ("hmac.new", 0, true),
@@ -4809,6 +4862,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut secure_string = false;
     // A `|` after an echoed word: it is fed to the next command (`echo … | az devops login`).
     let mut piped = false;
+    // The pending value was a reference with a literal to fall back on after it
+    // (`process.env.API_KEY || '…'`): the key, waiting for the word after `||`.
+    let mut fallback: Option<(&'static str, bool)> = None;
     // The command after the last `|` reads text (`| grep login`): its words are arguments, not a
     // login that reads the echoed word. `None` until that command's name is read.
     let mut pipe_filter: Option<bool> = Some(false);
@@ -5361,12 +5417,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let second_half = std::mem::take(&mut code_pair) && code_half(core);
             let first_half =
                 !second_half && code_half(core) && line_words(rest, 8).next().is_some_and(code_half);
+            // Bitwarden's (`DJQ3-D6X8-PT1T-…`: four groups of four capitals and digits, or more).
+            let groups = core.split('-').count();
+            let grouped = (4..=10).contains(&groups)
+                && core
+                    .split('-')
+                    .all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
+                && core.bytes().any(|b| b.is_ascii_digit());
             // GitHub's shape (`losuu-coyqp`: two groups of five, lower case) even with no digit.
             let github = core.len() == 11
                 && core
                     .split('-')
                     .all(|g| g.len() == 5 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-            if second_half || first_half || recovery_code(core) || github {
+            if second_half || first_half || recovery_code(core) || github || grouped {
                 code_pair = first_half;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
@@ -5808,7 +5871,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(&raw[pre.len() + k..]);
             continue;
         }
+        if let Some(f) = fallback.take()
+            && matches!(core, "||" | "??")
+        {
+            pending = Some(f);
+            out.push_str(raw);
+            continue;
+        }
         if let Some((kind, weak)) = pending.take() {
+            let or_next = matches!(line_words(rest, 8).next(), Some("||" | "??"));
             // `<add key="SmtpPassword" value="…" />`: the value attribute's value; the
             // attribute's name and quotes stay.
             let (lead, value) = match core.strip_prefix("value=") {
@@ -5919,6 +5990,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 pw_window = 0;
                 login_window = 0;
             }
+            if or_next && (template || variable || reference(&bare)) {
+                fallback = Some((kind, weak));
+            }
         }
         // `Basic dXNlcjpwYXNz` anywhere (a HAR file, a proxy log): base64 of `user:password`.
         if before.eq_ignore_ascii_case("basic") && basic_credential(core) && !dummy(core) {
@@ -5997,6 +6071,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && !(core == "-P" && line_so_far_has(&out, "minisign"))
             && !(core == "-p" && git_line))
             || (core == "-t" && line_so_far_has(&out, "codecov"))
+            // `oathtool --totp -b SEED`.
+            || (matches!(core, "-b" | "--base32") && line_so_far_has(&out, "oathtool"))
             // `gh secret set NAME --body VALUE`.
             || (matches!(core, "--body" | "-b") && line_so_far_has(&out, "secret set "))
             || (core == "--value"
@@ -6049,8 +6125,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             .or_else(|| before.strip_suffix(':'))
             .map(|k| k.trim_matches(['"', '\'']));
         let v = vcore.trim_matches(['"', '\'']);
+        // (Not an item of a list, `batch: ["2Z0Y…", …]`: a list of random strings is ids.)
         if let Some(key) = key_before
             && (line_word == 2 || before.ends_with("\":") || pre.ends_with(['"', '\'']))
+            && !pre.contains('[')
             && random_under_any_key(key, v, ctx)
             && let Some(at) = raw.find(v)
         {
@@ -6077,7 +6155,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                         && core.bytes().any(|b| b > b'f' && b.is_ascii_lowercase())))
         };
         // (A label in prose: not a key of JSON or YAML, nor the noun itself, `from key:`.)
-        let label = before.trim_end_matches([':', '：']);
+        let label = before.trim_end_matches([':', '：']).trim_matches(['(', ')']);
         if before.ends_with([':', '：'])
             && line_word >= 4
             && core.len() >= 20
@@ -6237,7 +6315,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
             && line_words(rest, 72).next().is_some_and(|n| {
                 let symbol = n.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
-                symbol && !n.contains(['.', '/']) && strong_credential(&n.replace(['=', ':'], ""))
+                (symbol || n.len() >= 16)
+                    && !n.contains(['.', '/'])
+                    && strong_credential(&n.replace(['=', ':'], ""))
             })
         {
             pending = Some(("secret", false));
@@ -6308,7 +6388,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 0;
             continue;
         }
-        let said = if pw_window > 0 {
+        // (Not what names a commit or a digest: "detected at commit 3a3cb3b…".)
+        let named_object =
+            ["commit", "sha", "revision", "digest", "hash"].iter().any(|n| before.eq_ignore_ascii_case(n));
+        let said = if pw_window > 0 && !named_object {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
             let at_value = stated || pre.ends_with(['"', '\'', '`']);
@@ -8624,6 +8707,40 @@ mod tests {
             "docker run -e POSTGRES_PASSWORD=changeme -p 5432:5432 postgres:16",
             "{\"sid\": \"SM0123456789abcdef0123456789abcdef\", \"account_sid\": \"AC0123456789abcdef0123456789abcdef\"}",
             "bash-5.2$ read -rs -p \"db password: \" PGPASSWORD\ndb password: \nbash-5.2$ pg_dump -h db -U django",
+        ]);
+    }
+
+    #[test]
+    fn tickets_commits_key_ids_generated_names_list_items_and_sops_values_are_not_secrets() {
+        leaves_each(&[
+            "scheduler 的 API 密钥已于 2024-10-16 轮换，新密钥请到密钥管理系统查看，工单 OPS-2635。",
+            "10:31 AM 已完成密钥轮换，工单 OPS-8544。新的密钥在 Vault 里，请不要贴到群里。",
+            "GitHub secret scanning: a Slack API token was detected in acme/notifier at commit 3a3cb3b149502c31b5a9bff6b1eb9b75db60f8fa (file x.yml).",
+            "Affected key id (kid): je9ICw0E1wpr9wRKK3W3j3n9WWLENO0OTxsqElUguCJ",
+            "Stored new private key in temporary Secret resource \"reporting-tls-fndc4\"",
+            "api_key: ENC[AES256_GCM,data:qAbMpIZpLmXYBpHR/xjPt8iEBXdWKirt0ZMi5ENW,iv:2+8HYLzF6+1HANObockRmtRt41xKu3mHGcJPNHINk9c=,tag:4CdqDrgB/4sG784tB1Mo5w==,type:str]",
+            "processed batch: [\"20BAU0zvVTdY3sthiy4yrCgLZu9\", \"2Z0Y3OMXXoL3FfHNWJik17MS5L4\"]",
+            "const region = process.env.AWS_REGION || 'eu-west-1'",
+        ]);
+        masks_each(&[
+            (
+                "the HubSpot private app token `pat-na1-19ac2748-45b3-4a9d-93da-a1935e9cbdb1` was printed",
+                "19ac2748-45b3",
+            ),
+            (
+                "bitwarden org recovery code is DJQ3-D6X8-PT1T-269M-JRMV-85P8-RKHD-SAI7, do not post",
+                "PT1T-269M-JRMV",
+            ),
+            ("$ oathtool --totp -b SQZLE2CGXD53WF2I\n240151", "SQZLE2CGXD53"),
+            ("for the iDRAC on db-07 use root / 27rutqLO6oXRPLkFtFXlw6tmI until LDAP works", "27rutqLO6oXR"),
+            (
+                "  mistralApiKey: process.env.MISTRAL_API_KEY || 'lL90DEpYYtaZ38wzUDEkgzXA6qN5S70Y',",
+                "lL90DEpYYtaZ",
+            ),
+            (
+                "new AuthenticationHeaderValue(\"Bearer\", \"BVneiHDml_0H80QrmOCjB3jVQgwdOSH-nZDIFy55dxM\");",
+                "BVneiHDml_0H",
+            ),
         ]);
     }
 
