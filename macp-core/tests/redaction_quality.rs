@@ -9,14 +9,16 @@
 //!   `redaction-eleventh.jsonl`, `redaction-twelfth.jsonl`, `redaction-thirteenth.jsonl`,
 //!   `redaction-fourteenth.jsonl`, `redaction-fifteenth.jsonl`, `redaction-sixteenth.jsonl`,
 //!   `redaction-seventeenth.jsonl`, `redaction-eighteenth.jsonl`, `redaction-nineteenth.jsonl`,
-//!   `redaction-twentieth.jsonl` and `redaction-twenty-first.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-twentieth.jsonl`, `redaction-twenty-first.jsonl`, `redaction-twenty-second.jsonl`
+//!   and `redaction-twenty-third.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
 //!   eleventh's: 0.900, 2.50%; the twelfth's: 0.960, 2.50%; the thirteenth's: 0.971, 2.50%; the
 //!   fourteenth's: 0.966, 1.00%; the fifteenth's: 0.946, 1.25%; the sixteenth's: 0.946, 0.00%;
 //!   the seventeenth's: 0.971, 0.50%; the eighteenth's: 0.986, 0.75%; the nineteenth's: 0.957,
-//!   0.00%; the twentieth's: 0.971, 1.00%; the twenty-first's: 0.966, 0.75%),
+//!   0.00%; the twentieth's: 0.971, 1.00%; the twenty-first's: 0.966, 0.75%; the
+//!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -128,7 +130,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 21] = [
+const SETS: [(&str, &str); 23] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -150,6 +152,8 @@ const SETS: [(&str, &str); 21] = [
     ("nineteenth", include_str!("redaction-nineteenth.jsonl")),
     ("twentieth", include_str!("redaction-twentieth.jsonl")),
     ("twenty-first", include_str!("redaction-twenty-first.jsonl")),
+    ("twenty-second", include_str!("redaction-twenty-second.jsonl")),
+    ("twenty-third", include_str!("redaction-twenty-third.jsonl")),
 ];
 
 #[test]
@@ -221,12 +225,17 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// 400); together 0.9686 (678 of 700) and 0.88% (7 of 800); tuned on since (d310e59, in part),
 /// 0.9743 and 0.75%, 0.9800 and 0.25%, and development sets since. The twenty-second and the
 /// twenty-third, written side by side and both first measured with the rules tuned on twenty-one
-/// sets (d310e59, the final rules), never tuned on: the twenty-second recall 0.9771 (342 of 350),
-/// false positives 1.00% (4 of 400); the twenty-third recall 0.9771 (342 of 350), false
-/// positives 2.25% (9 of 400); together 0.9771 (684 of 700) and 1.63% (13 of 800).
+/// sets (d310e59), never tuned on: the twenty-second recall 0.9771 (342 of 350), false positives
+/// 1.00% (4 of 400); the twenty-third recall 0.9771 (342 of 350), false positives 2.25% (9 of
+/// 400); together 0.9771 (684 of 700) and 1.63% (13 of 800); tuned on since (in part), 0.9886 and
+/// 0.00%, 0.9857 and 0.00%, and development sets since. The twenty-fourth and the twenty-fifth,
+/// written side by side and both first measured with the rules tuned on twenty-three sets (the
+/// final rules), never tuned on: the twenty-fourth recall 0.9800 (343 of 350), false positives
+/// 0.25% (1 of 400); the twenty-fifth recall 0.9743 (341 of 350), false positives 0.25% (1 of
+/// 400); together 0.9771 (684 of 700) and 0.25% (2 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("twenty-second", include_str!("redaction-twenty-second.jsonl"), 0.97, 0.01),
-    ("twenty-third", include_str!("redaction-twenty-third.jsonl"), 0.97, 0.0225),
+    ("twenty-fourth", include_str!("redaction-twenty-fourth.jsonl"), 0.98, 0.0025),
+    ("twenty-fifth", include_str!("redaction-twenty-fifth.jsonl"), 0.97, 0.0025),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
