@@ -2046,9 +2046,9 @@ fn shape(word: &str) -> Option<&'static str> {
     {
         return Some("api-key");
     }
-    // The same without a vendor's head (Mollie's `live_…`, `test_…`): random past the prefix,
-    // with both cases and a digit, where a test's name is words.
-    if let Some(body) = word.strip_prefix("live_").or_else(|| word.strip_prefix("test_"))
+    // The same without a vendor's head (Mollie's `live_…`): random past the prefix, with both
+    // cases and a digit. (Not `test_…`: a test's name in camel case has them too.)
+    if let Some(body) = word.strip_prefix("live_")
         && body.len() >= 24
         && strong_credential(body)
         && body.bytes().all(|b| b.is_ascii_alphanumeric())
@@ -2878,15 +2878,13 @@ fn secret_value(v: &str, weak: bool) -> bool {
     if placeholder(v) || (v.contains("://") && !v.contains('@')) {
         return false;
     }
-    // Another script's particle glued on (`0226에`, "at 0226") is not part of the value.
-    let v = Some(v.trim_end_matches(|c: char| !c.is_ascii())).filter(|a| !a.is_empty()).unwrap_or(v);
-    // Ports, addresses and numbers (`5432:5432` after docker's `-p`), Twilio's ids, a shell's
-    // prompt read where a value was waited for: never a secret.
-    if v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.')
-        || twilio_sid(v)
-        || shell_prompt(v)
-        || ticket_id(v)
-    {
+    // A CJK or Hangul particle glued on (`0226에`, "at 0226") is not part of the value (a
+    // Latin letter, `geheimnisß`, is).
+    let v = Some(v.trim_end_matches(|c: char| c as u32 >= 0x2E80)).filter(|a| !a.is_empty()).unwrap_or(v);
+    // Ports (`5432:5432` after docker's `-p`), Twilio's ids, a shell's prompt read where a
+    // value was waited for: never a secret.
+    let ports = v.contains(':') && v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.');
+    if ports || twilio_sid(v) || shell_prompt(v) {
         return false;
     }
     if weak {
@@ -3908,8 +3906,20 @@ fn stated_value(w: &str) -> bool {
         && !w.contains('/')
         && !dotted_name(w)
         && !placeholder(w)
-        && !ticket_id(w)
-        && !generated_k8s_name(w)
+}
+
+/// A ticket after its noun ("…，工单 OPS-2635。", "ticket INC-8639"): the ticket a rotation was
+/// done under, not the new secret (a password shaped like one, `SUMMER-2024`, has no such noun).
+fn ticket_after_noun(before: &str, w: &str) -> bool {
+    ticket_id(w)
+        && ["工单", "工單", "ticket", "issue", "jira", "incident"].iter().any(|n| ends_with_word(before, n))
+}
+
+/// `w` ends with `n` in any case (`…轮换，工单`, `Ticket`).
+fn ends_with_word(w: &str, n: &str) -> bool {
+    w.len() >= n.len()
+        && w.is_char_boundary(w.len() - n.len())
+        && w[w.len() - n.len()..].eq_ignore_ascii_case(n)
 }
 
 /// A tracker's ticket (`OPS-2635`, `INC-8639`), maybe with another script's punctuation glued
@@ -3943,10 +3953,13 @@ fn cipher_key_hex(w: &str) -> bool {
 
 /// The text names a cipher or encryption (`algorithm: aes-256-gcm`, `[storage.encryption]`).
 fn names_a_cipher(behind: &str) -> bool {
+    // (At a word's start: `ServerSideEncryption` names S3's setting, not this key's cipher.)
     let b = behind.as_bytes();
-    ["aes", "encrypt", "cipher", "chacha"]
-        .iter()
-        .any(|n| b.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n.as_bytes())))
+    ["aes", "encrypt", "cipher", "chacha"].iter().any(|n| {
+        b.windows(n.len())
+            .enumerate()
+            .any(|(i, w)| w.eq_ignore_ascii_case(n.as_bytes()) && (i == 0 || !b[i - 1].is_ascii_alphabetic()))
+    })
 }
 
 /// An OTP seed (a TOTP secret): base32, sixteen characters or more, one case, with a digit.
@@ -5140,7 +5153,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (Its words are not counted yet: this is the line's first.)
         if line_word == 0 && raw.starts_with('[') && raw.ends_with(']') && !raw.starts_with("[redacted:") {
             let name = &raw[1..raw.len() - 1];
-            secret_object = is_secret_key(name).then(|| !is_password_key(name));
+            // (Only with its value on the next line: a section left open would name every
+            // later `value`.)
+            let value_next = rest.split_once('\n').is_some_and(|(_, next)| {
+                next.trim_start().get(..5).is_some_and(|v| v.eq_ignore_ascii_case("value"))
+            });
+            secret_object = (is_secret_key(name) && value_next).then(|| !is_password_key(name));
         }
         if raw.starts_with(']') {
             crypt_block = false;
@@ -5213,7 +5231,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         if ppk_lines > 0 {
+            // (A line of its own: words of a line after the key are not its.)
             if core.len() >= 16
+                && raw == core
+                && line_behind(&out).trim().is_empty()
+                && line_ahead(rest, 64).trim().is_empty()
                 && core.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
             {
                 ppk_lines -= 1;
@@ -5235,7 +5257,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && let Some(next) = rest.trim_start_matches([' ', '\t', '\r']).strip_prefix('\n')
             && {
                 let next = line_ahead(next, 160).to_ascii_lowercase();
-                ["password", "passphrase", "sudo prompt", "wrong window"].iter().any(|w| next.contains(w))
+                // (Says that it was one: not "the password reset email never arrived".)
+                [
+                    "wrong window",
+                    "sudo prompt",
+                    "my password",
+                    "password-file",
+                    "was a password",
+                    "was the password",
+                ]
+                .iter()
+                .any(|w| next.contains(w))
             }
         {
             out.push_str(&ctx.mask("secret", core));
@@ -5424,8 +5456,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                     .split('-')
                     .all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
                 && core.bytes().any(|b| b.is_ascii_digit());
-            // GitHub's shape (`losuu-coyqp`: two groups of five, lower case) even with no digit.
-            let github = core.len() == 11
+            // GitHub's shape (`losuu-coyqp`: two groups of five, lower case) even with no digit:
+            // on the lines after the codes' heading, or right after "code" (not any hyphenated
+            // word on the heading's line, "see infra-notes").
+            let github = (codes == 2
+                || ["code", "code:", "codes:", "is", "was"].iter().any(|w| before.eq_ignore_ascii_case(w)))
+                && core.len() == 11
                 && core
                     .split('-')
                     .all(|g| g.len() == 5 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
@@ -5631,7 +5667,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             } else if admins_section && core == "=" && line_word == 2 {
                 // CouchDB's `[admins]` section: `name = password`.
                 pending = Some(("secret", false));
-            } else if let Some(weak) = secret_object.filter(|_| line_word == 2 && before == "value") {
+            } else if line_word == 2
+                && before == "value"
+                && let Some(weak) = secret_object.take()
+            {
                 // `value = …` in a section named for a secret.
                 pending = Some(("secret", weak));
             }
@@ -5773,7 +5812,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else if command == "qshell" && core == "account" {
             // Qiniu's `qshell account ACCESS_KEY SECRET_KEY NAME`.
             positional = Some(1);
-        } else if core == "importprivkey" {
+        } else if core == "importprivkey"
+            && line_words(rest, 64)
+                .next()
+                .is_some_and(|k| k.len() >= 50 && k.bytes().all(|b| b.is_ascii_alphanumeric()))
+        {
             // Bitcoin Core's RPC, through `bitcoin-cli` or typed into its console.
             positional = Some(0);
         } else if command == "mc" && core == "alias" {
@@ -5974,7 +6017,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                     // 'nectar.copper6284'`): no host or topic is quoted there.
                     || (quote.is_some() && secret_flag(before).is_some() && credential_like(&bare))
             };
-            if !template && !variable && !transaction && !security && !spec && (shape.is_some() || secret) {
+            let ticket = ticket_after_noun(before, &bare);
+            if !template
+                && !variable
+                && !transaction
+                && !security
+                && !spec
+                && !ticket
+                && (shape.is_some() || secret)
+            {
                 let masked = ctx.mask(shape.unwrap_or(kind), &bare);
                 for part in [pre, lead, open, masked.as_str(), rest] {
                     out.push_str(part);
@@ -6128,7 +6179,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (Not an item of a list, `batch: ["2Z0Y…", …]`: a list of random strings is ids.)
         if let Some(key) = key_before
             && (line_word == 2 || before.ends_with("\":") || pre.ends_with(['"', '\'']))
-            && !pre.contains('[')
+            && (!pre.contains('[')
+                || is_secret_key(key)
+                || ["keys", "tokens", "secrets"].iter().any(|n| key.to_ascii_lowercase().ends_with(n)))
             && random_under_any_key(key, v, ctx)
             && let Some(at) = raw.find(v)
         {
@@ -6211,8 +6264,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 // (A token's value, not a pattern's: see [`access_token_name`].)
                 || (access_token_name(key)
                     && line_words(rest, 256).next().is_some_and(|v| {
+                        // (Or its placeholder, on a second pass.)
                         let v = v.trim_matches(|c: char| !c.is_ascii_alphanumeric());
-                        random_value(v) && v.len() >= 20
+                        (random_value(v) && v.len() >= 20) || v.starts_with("redacted:")
                     }))
                 || (wireless_key(key) && wireless_line(&out, rest)))
         {
@@ -6308,11 +6362,27 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Marble_beacon666!`): the word after the slash, when it has a symbol, a digit and
         // both cases, and no dot (an address has one).
         if core == "/"
-            && (2..=32).contains(&before.trim_start_matches(".\\").len())
-            && before
-                .trim_start_matches(".\\")
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+            && [
+                "root",
+                "admin",
+                "administrator",
+                "ubuntu",
+                "ec2-user",
+                "sa",
+                "postgres",
+                "guest",
+                "support",
+                "pi",
+                "oracle",
+                "elastic",
+                "operator",
+                "vagrant",
+                "centos",
+                "debian",
+                "sysadmin",
+            ]
+            .iter()
+            .any(|u| before.trim_start_matches(".\\").eq_ignore_ascii_case(u))
             && line_words(rest, 72).next().is_some_and(|n| {
                 let symbol = n.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
                 (symbol || n.len() >= 16)
@@ -6389,8 +6459,15 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         // (Not what names a commit or a digest: "detected at commit 3a3cb3b…".)
+        // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
+        // its kind ("Secret resource \"reporting-tls-fndc4\"").
         let named_object =
-            ["commit", "sha", "revision", "digest", "hash"].iter().any(|n| before.eq_ignore_ascii_case(n));
+            ["commit", "sha", "revision", "digest", "hash"].iter().any(|n| before.eq_ignore_ascii_case(n))
+                || ticket_after_noun(before, core)
+                || (generated_k8s_name(core.trim_matches('"'))
+                    && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
+                        .iter()
+                        .any(|n| before.eq_ignore_ascii_case(n)));
         let said = if pw_window > 0 && !named_object {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
@@ -8742,6 +8819,33 @@ mod tests {
                 "BVneiHDml_0H",
             ),
         ]);
+    }
+
+    #[test]
+    fn the_sessions_exceptions_stay_narrow() {
+        // Passwords shaped like tickets, numbers, generated names or with a Latin letter last
+        // are still passwords where one is named; a list under a keys' name is still keys.
+        masks_each(&[
+            ("DB_PASSWORD=SUMMER-2024", "SUMMER-2024"),
+            ("redis-cli -a ACME-2024 ping", "ACME-2024"),
+            ("and password is WINTER-2025", "WINTER-2025"),
+            ("Passwort: geheimnisß", "geheimnis"),
+            ("password: 2024.1105", "2024.1105"),
+            ("the wifi password is guest-7xkbq", "guest-7xkbq"),
+            ("\"signing_keys\": [\"Zx8pQ2mN4rT6vW9yB1cD3fG5hJ7kL\"]", "Zx8pQ2mN4rT6"),
+        ]);
+        // And the rules added beside them do not reach past what they were written for.
+        leaves_each(&[
+            "[grafana_admin_password]\n# rotated, see vault\n  - name: APP_VERSION\n    value: v2.4.1",
+            "Private-Lines: 1\n[redacted:secret]\nResourceNotFoundException raised here",
+            "db-01 / Postgres_14_Primary was promoted",
+            "backup codes are stored in vault, see infra-notes",
+            "ServerSideEncryption=aws:kms\ncache:\n  key: 32b892c31811317fd48cf38c60a34d41452f80722465b1f3bf88d924aa2c5299",
+            "Kx9mP2qRt7vWz3Lb\nthe password reset email never arrived for this request id",
+            "the importprivkey RPC was disabled",
+            "FAILED test_HandlesUnicodeInputInParser2Correctly",
+        ]);
+        stable_each(&["password f(%x)azureDevopsExtPat: SM0123456789abcdef0123456789abcdef"]);
     }
 
     #[test]
