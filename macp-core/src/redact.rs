@@ -4204,6 +4204,14 @@ fn list_marker(w: &str) -> bool {
 /// groups of four digits on a line, are read in pairs: see [`code_half`].)
 fn recovery_code(w: &str) -> bool {
     let b = w.as_bytes();
+    // Bitwarden's (`DJQ3-D6X8-PT1T-…`): four groups of four capitals and digits, or more.
+    if (4..=10).contains(&w.split('-').count())
+        && w.split('-')
+            .all(|g| g.len() == 4 && g.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()))
+        && b.iter().any(u8::is_ascii_digit)
+    {
+        return true;
+    }
     let shaped = (4..=24).contains(&b.len())
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
         && b.iter().any(u8::is_ascii_digit)
@@ -5449,13 +5457,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let second_half = std::mem::take(&mut code_pair) && code_half(core);
             let first_half =
                 !second_half && code_half(core) && line_words(rest, 8).next().is_some_and(code_half);
-            // Bitwarden's (`DJQ3-D6X8-PT1T-…`: four groups of four capitals and digits, or more).
-            let groups = core.split('-').count();
-            let grouped = (4..=10).contains(&groups)
-                && core
-                    .split('-')
-                    .all(|g| g.len() == 4 && g.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()))
-                && core.bytes().any(|b| b.is_ascii_digit());
             // GitHub's shape (`losuu-coyqp`: two groups of five, lower case) even with no digit:
             // on the lines after the codes' heading, or right after "code" (not any hyphenated
             // word on the heading's line, "see infra-notes").
@@ -5465,7 +5466,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && core
                     .split('-')
                     .all(|g| g.len() == 5 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-            if second_half || first_half || recovery_code(core) || github || grouped {
+            if second_half || first_half || recovery_code(core) || github {
                 code_pair = first_half;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
