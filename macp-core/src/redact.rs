@@ -2250,6 +2250,7 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("xsmtpsib-", 60, true),
     ("phx_", 40, false), // PostHog personal API keys (`phc_` project keys are public)
     ("cio", 35, false),  // crates.io API tokens (`cio` and 32 letters and digits)
+    ("sk_", 51, false),  // ElevenLabs (`sk_` and 48 hex digits; Stripe's are longer-led)
 ];
 
 /// A vendor's token by its prefix ([`VENDOR_PREFIXES`]) or its shape; the part after a prefix
@@ -2477,6 +2478,10 @@ fn uuid(s: &str) -> bool {
 fn crypt_hash(w: &str) -> bool {
     if w.len() < 20 || w.len() > 200 {
         return false;
+    }
+    // Written for docker compose, each `$` doubled (`$$2y$$05$$…`).
+    if w.starts_with("$$") {
+        return crypt_hash(&w.replace("$$", "$"));
     }
     let (scheme, rest) = match w.strip_prefix('$') {
         Some(r) => r.split_once('$').unwrap_or((r, "")),
@@ -2885,6 +2890,17 @@ fn secret_value(v: &str, weak: bool) -> bool {
     // value was waited for: never a secret.
     let ports = v.contains(':') && v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.');
     if ports || twilio_sid(v) || shell_prompt(v) {
+        return false;
+    }
+    // A versioned digest (`v2:5d0e3b…`, a cache key's `auth:v2:…`) names an entry.
+    let versioned_digest = v.split_once(':').is_some_and(|(ver, d)| {
+        ver.len() >= 2
+            && ver.starts_with('v')
+            && ver[1..].bytes().all(|b| b.is_ascii_digit())
+            && d.len() >= 32
+            && d.bytes().all(|b| b.is_ascii_hexdigit())
+    });
+    if weak && versioned_digest {
         return false;
     }
     if weak {
@@ -3296,6 +3312,13 @@ fn tail(s: &str, max: usize) -> &str {
     &s[(from..=s.len()).find(|i| s.is_char_boundary(*i)).unwrap_or(s.len())..]
 }
 
+/// A line that says a request was refused for its credential (`401 Unauthorized`, `403
+/// Forbidden`).
+fn refused(line: &str) -> bool {
+    let has = |n: &str| line.as_bytes().windows(n.len()).any(|w| w.eq_ignore_ascii_case(n.as_bytes()));
+    has("401") || has("403") || has("unauthorized") || has("forbidden")
+}
+
 /// The start of `rest` up to its first line break, at most `max` bytes of it (see
 /// [`line_behind`]).
 fn line_ahead(rest: &str, max: usize) -> &str {
@@ -3504,6 +3527,14 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         } else if let Some(hash) = value.split(':').next().filter(|h| crypt_hash(h)) {
             // `admin:$apr1$…` (`.htpasswd`), `root:$6$…:19700:0:…` (`/etc/shadow`).
             ctx.mask_on("secret", hash).map(|m| format!("{m}{}", &value[hash.len()..]))
+        } else if let Some((user, hash)) = value
+            .split_once(':')
+            .map(|(u, h)| (u, h.split(':').next().unwrap_or(h)))
+            .filter(|(u, h)| !u.is_empty() && !u.contains(['$', '"', '\'']) && crypt_hash(h))
+        {
+            // `users=admin:$apr1$…` (Traefik's basic-auth users, an htpasswd line as a value).
+            ctx.mask_on("secret", hash)
+                .map(|m| format!("{user}:{m}{}", &value[user.len() + 1 + hash.len()..]))
         } else if body.as_bytes()[i] == b':'
             && key.contains('@')
             && key.rsplit_once('@').is_some_and(|(u, d)| !u.is_empty() && d.contains('.'))
@@ -3530,6 +3561,9 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             ctx.mask_on("secret", pass).map(|m| format!("{m}@{host}"))
         } else if quoted
             && secret_kind(bare).is_none()
+            // Not an attribute's `value="…"` (XML's `<add key="EVENT_ID" value="…">`): its name
+            // is another attribute's, read there.
+            && !(key == "value" && body.as_bytes()[i] == b'=')
             && random_under_any_key(key.trim_matches(['"', '\'', '{', ',']), bare, ctx)
         {
             // Minified JSON's random value under any key (`{"v":2,"k":"MXqNEj…"}`).
@@ -3715,6 +3749,11 @@ fn lower(w: &str, buf: &mut [u8; 16]) -> usize {
 
 /// Words before `key` that make it a secret's name in a sentence ("the admin API key is …").
 fn key_qualifier(l: &[u8]) -> bool {
+    // A cipher's name with its key length (`aes-256`, `aes128`) is the cipher's.
+    let l = match l.iter().rposition(|b| !b.is_ascii_digit()) {
+        Some(i) if l.len() - i > 3 => l[..=i].strip_suffix(b"-").unwrap_or(&l[..=i]),
+        _ => l,
+    };
     matches!(
         l,
         b"api"
@@ -4212,7 +4251,9 @@ fn recovery_code(w: &str) -> bool {
     {
         return true;
     }
-    let shaped = (4..=24).contains(&b.len())
+    // (Bitwarden's two-step login code is 32 capitals and digits in one word.)
+    let upper = b.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
+    let shaped = ((4..=24).contains(&b.len()) || (upper && b.len() == 32))
         && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
         && b.iter().any(u8::is_ascii_digit)
         && !(b.len() >= 8 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-');
@@ -4850,6 +4891,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // The last word qualifies a token ("auth token", "bot token"), or names a product.
     let mut prev_token_q = false;
     let mut prev_product = false;
+    // Words left in a sentence that names a product's key ("the Mistral key (…)"), where only
+    // what looks strongly like one is taken.
+    let mut product_key = 0u8;
     // The sentence about a secret went on to another thing of it (see [`property_noun`]).
     let mut about_other = false;
     // A password's name was on this line (see `stated_next`), and on the line before.
@@ -5279,6 +5323,21 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         {
             out.push_str(&ctx.mask("secret", core));
+            continue;
+        }
+        // OpenSSL's `-passin pass:…` (`-passout`, `-srcpassin`…): the password is the whole
+        // word, a `&` or `#` in it included.
+        if before.starts_with('-')
+            && before.contains("pass")
+            && let Some(v) = core.strip_prefix("pass:").map(|v| v.trim_matches(['"', '\'']))
+            && !v.is_empty()
+            && !v.starts_with(['$', '%', '<', '{'])
+            && !placeholder(v)
+            && let Some(at) = raw.find(v)
+        {
+            out.push_str(&raw[..at]);
+            out.push_str(&ctx.mask("secret", v));
+            out.push_str(&raw[at + v.len()..]);
             continue;
         }
         // A Windows-style password flag: FreeRDP's `/p:…`, cmdkey's `/pass:…`, `/password:…`.
@@ -6118,6 +6177,18 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.starts_with("snmp") {
             snmp = true;
         }
+        // `snmp-server host 10.0.0.9 version 2c Ybdf…`: the community its traps carry.
+        if snmp
+            && before.eq_ignore_ascii_case("2c")
+            && before2.eq_ignore_ascii_case("version")
+            && credential_like(core)
+            && !dotted_name(core)
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
+            continue;
+        }
         // SNMPv3's authentication and privacy passphrases, v2c's community.
         if (secret_flag(core).is_some()
             && !(core == "-P" && line_so_far_has(&out, "minisign"))
@@ -6157,6 +6228,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some(("secret", !is_password_key(core)));
             out.push_str(raw);
+            continue;
+        }
+        // The key an error quotes as it refuses it (`AuthError: 401 Unauthorized (key='20f9…',
+        // retry=False)`): the credential that was sent.
+        if let Some(v) = core.strip_prefix("key=").map(|v| v.trim_matches(['"', '\'']))
+            && v.len() >= 20
+            && random_value(v)
+            && refused(line_behind(&out))
+            && let Some(at) = raw.find(v)
+        {
+            out.push_str(&raw[..at]);
+            out.push_str(&ctx.mask("api-key", v));
+            out.push_str(&raw[at + v.len()..]);
             continue;
         }
         // Windows' answer file: `<AdministratorPassword>` then `<Value>…</Value>`.
@@ -6293,6 +6377,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             pw_window = 10;
             about_other = false;
         }
+        if core.eq_ignore_ascii_case("key") && prev_product && !prev_qualifies {
+            product_key = 4;
+        }
         // "token do API kuriera: …", "token für die API": a token for an API, in any language.
         if l == b"token" && line_words(rest, 3).any(|w| w.eq_ignore_ascii_case("api")) {
             pw_window = 10;
@@ -6323,9 +6410,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             matches!(l, b"auth" | b"bot" | b"refresh" | b"bearer" | b"personal" | b"deploy" | b"session");
         // A product's name before "token" ("this Jenkins token", "the Vault token"): a
         // capitalised word, not a sentence's first.
+        // (Or two run together, `ElevenLabs`.)
         prev_product = core.len() >= 3
             && core.as_bytes()[0].is_ascii_uppercase()
-            && core.bytes().skip(1).all(|b| b.is_ascii_lowercase())
+            && core.as_bytes()[1].is_ascii_lowercase()
+            && core.bytes().skip(1).all(|b| b.is_ascii_alphabetic())
+            && core.bytes().filter(u8::is_ascii_uppercase).count() <= 2
             && !sentence_end
             && line_word > 1;
         // "TOTP seed …", "MFA setup key (shown once): …": a sentence about a one-time password's
@@ -6363,7 +6453,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Marble_beacon666!`): the word after the slash, when it has a symbol, a digit and
         // both cases, and no dot (an address has one).
         if core == "/"
-            && [
+            && ([
                 "root",
                 "admin",
                 "administrator",
@@ -6384,6 +6474,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             ]
             .iter()
             .any(|u| before.trim_start_matches(".\\").eq_ignore_ascii_case(u))
+            // Or a domain's account (`CORP\svc_checkout`), or a name said to be the user's
+            // ("user svc_checkout / …").
+            || before.split_once('\\').is_some_and(|(d, u)| {
+                    !d.is_empty()
+                        && !u.is_empty()
+                        && d.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+                        && u.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'$'))
+                })
+            || ["user", "user:", "login", "login:", "username", "username:"]
+                .iter()
+                .any(|w| before2.eq_ignore_ascii_case(w)))
             && line_words(rest, 72).next().is_some_and(|n| {
                 let symbol = n.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
                 (symbol || n.len() >= 16)
@@ -6405,6 +6506,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             login_window = 3;
         }
         login_window = login_window.saturating_sub(1);
+        product_key = product_key.saturating_sub(1);
         // An app password written out in a sentence about one, unquoted ("an app password on
         // the shared gmail: smoa qetc brmc etir").
         // (Where the sentence states it, and one group with no vowel: four English words of
@@ -6488,6 +6590,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             })
         } else if login_window > 0 {
             stated_secret(core, password_like)
+        } else if product_key > 0 && !named_object {
+            stated_secret(core, |w| (w.len() >= 16 && strong_credential(w)) || long_hex(w) || key_material(w))
         } else {
             None
         };
@@ -6567,7 +6671,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         });
         let key_word = env_name.or(config_name).unwrap_or(core);
         let lone = !key_word.contains(['=', ':']);
-        if let Some(name) = core.strip_prefix("key=").map(|n| n.trim_matches('"'))
+        // (`<input name="authenticity_token" value="…">` too, when its value comes next: a
+        // form's password field has none.)
+        let value_next = || line_words(rest, 256).next().is_some_and(|w| w.starts_with("value="));
+        if let Some(name) = core
+            .strip_prefix("key=")
+            .or_else(|| core.strip_prefix("name=").filter(|_| value_next()))
+            .map(|n| n.trim_matches('"'))
             && is_secret_key(name)
         {
             pending = Some(("secret", !is_password_key(name)));
@@ -8883,5 +8993,87 @@ mod tests {
             !out.contains("Ab1Cd2Ef3Gh4Ij5K") && out.contains("其余配置不变，请联系管理员确认部署窗口"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_key_named_by_its_product_or_cipher_in_a_sentence_is_masked() {
+        masks_each(&[
+            ("discovered the Mistral key (w02H8hXTTjYfzwYe5AUxerTjogitma96) was hardcoded", "w02H8hXTTjYfzw"),
+            (
+                "I used ElevenLabs key sk_369ac3533f7c70ed57d1a4947e8f4a61c4370b65b080b873 here",
+                "369ac3533f7c70",
+            ),
+            (
+                "using local AES-256 key bc82e0cb873a5c754ff86608f6b17a50901d31e10b660d972d3a943f1be09596",
+                "bc82e0cb873a5c",
+            ),
+        ]);
+        leaves_each(&[
+            "the Stripe key was rotated at 02:00 by Kwame (INC-4411), see the runbook",
+            "the Mistral key (the one in 1Password under ml-prod) was revoked",
+            "the Vault key rotation ran at 02:00 (ticket OPS-2231)",
+            "AES-256 keys are rotated by KMS every 365 days",
+        ]);
+    }
+
+    #[test]
+    fn a_key_an_error_refuses_is_masked_and_a_cache_keys_digest_is_not() {
+        masks_each(&[(
+            "client.errors.AuthError: 401 Unauthorized (key='20f93e7f631408a0ccefbc8d8f3cecae', retry=False)",
+            "20f93e7f631408a0ccefbc8d8f3cecae",
+        )]);
+        leaves_each(&[
+            "cache hit (key='20f93e7f631408a0ccefbc8d8f3cecae', ttl=300)",
+            "keys like auth:v2:5d0e3ba4db5a12d3c7a39739f684802e398431a6 expiring together",
+        ]);
+    }
+
+    #[test]
+    fn a_hidden_inputs_value_is_masked_by_its_name_and_an_attributes_value_alone_is_not() {
+        masks_each(&[(
+            r#"<input type="hidden" name="authenticity_token" value="Mo80easDq78EH5IrXWTutpZor5hK2xKOGETNQjWuLrg">"#,
+            "Mo80easDq78EH5IrXWTutpZ",
+        )]);
+        leaves_each(&[
+            r#"<add key="EVENT_ID" value="24kXIyFQW3VVmaO1niR4Bc0KpBd" />"#,
+            r#"<input type="password" name="password" autocomplete="current-password" minlength="12">"#,
+        ]);
+    }
+
+    #[test]
+    fn htpasswd_hashes_as_values_snmp_trap_communities_and_openssl_passwords_are_masked() {
+        masks_each(&[
+            (
+                "traefik.http.middlewares.auth.basicauth.users=ops:$apr1$NEF7YDPA$dxKQR7AFcBNatzA4P6tuHq",
+                "dxKQR7AFcBNatzA4P6tuHq",
+            ),
+            (
+                r#"- "traefik.http.middlewares.auth.basicauth.users=admin:$$2y$$05$$08wOs8zpx7zUiNylAJDFjwmPsyS2xvzhS3iT3bhoKMgPY""#,
+                "08wOs8zpx7zUiNylAJDFjw",
+            ),
+            ("snmp-server host 10.242.253.52 version 2c c0bMf4mtVM9UdK", "c0bMf4mtVM9UdK"),
+            (
+                "openssl pkcs12 -in a.p12 -nodes -passin pass:Dz1TfFl&Dz1TfFl#&DStNvlX | openssl x509",
+                "DStNvlX",
+            ),
+            (
+                "Bitwarden recovery code for ops@corp.example.com: EUGX74P73G80A85FOBLK70W256Z2HY49",
+                "EUGX74P73G80",
+            ),
+        ]);
+        leaves_each(&[
+            "snmp-server host 10.242.253.52 version 2c public",
+            "openssl rsa -passin env:KEYPASS -in k.pem",
+            "openssl rsa -passin pass:$KEYPASS -in k.pem",
+        ]);
+    }
+
+    #[test]
+    fn a_domain_account_or_a_named_user_then_a_slash_gives_its_password() {
+        masks_each(&[
+            ("jump box (RDP), user CORP\\svc_checkout / YEAOwwunqy951#OlG", "YEAOwwunqy951#OlG"),
+            ("user svc_checkout / YEAOwwunqy951#OlG", "YEAOwwunqy951#OlG"),
+        ]);
+        leaves_each(&["user guest / Moderate", "see CORP\\svc_checkout / readme.md", "paths a / b"]);
     }
 }
