@@ -9,8 +9,9 @@
 //!   `redaction-eleventh.jsonl`, `redaction-twelfth.jsonl`, `redaction-thirteenth.jsonl`,
 //!   `redaction-fourteenth.jsonl`, `redaction-fifteenth.jsonl`, `redaction-sixteenth.jsonl`,
 //!   `redaction-seventeenth.jsonl`, `redaction-eighteenth.jsonl`, `redaction-nineteenth.jsonl`,
-//!   `redaction-twentieth.jsonl`, `redaction-twenty-first.jsonl`, `redaction-twenty-second.jsonl`
-//!   and `redaction-twenty-third.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-twentieth.jsonl`, `redaction-twenty-first.jsonl`, `redaction-twenty-second.jsonl`,
+//!   `redaction-twenty-third.jsonl`, `redaction-twenty-fourth.jsonl` and
+//!   `redaction-twenty-fifth.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -18,7 +19,8 @@
 //!   fourteenth's: 0.966, 1.00%; the fifteenth's: 0.946, 1.25%; the sixteenth's: 0.946, 0.00%;
 //!   the seventeenth's: 0.971, 0.50%; the eighteenth's: 0.986, 0.75%; the nineteenth's: 0.957,
 //!   0.00%; the twentieth's: 0.971, 1.00%; the twenty-first's: 0.966, 0.75%; the
-//!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%),
+//!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%; the twenty-fourth's:
+//!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -130,7 +132,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 23] = [
+const SETS: [(&str, &str); 25] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -154,6 +156,8 @@ const SETS: [(&str, &str); 23] = [
     ("twenty-first", include_str!("redaction-twenty-first.jsonl")),
     ("twenty-second", include_str!("redaction-twenty-second.jsonl")),
     ("twenty-third", include_str!("redaction-twenty-third.jsonl")),
+    ("twenty-fourth", include_str!("redaction-twenty-fourth.jsonl")),
+    ("twenty-fifth", include_str!("redaction-twenty-fifth.jsonl")),
 ];
 
 #[test]
@@ -232,10 +236,15 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// written side by side and both first measured with the rules tuned on twenty-three sets
 /// (9de042c; a6e9bd2, narrowed after a review, gives the same), never tuned on: the twenty-fourth recall 0.9800 (343 of 350), false positives
 /// 0.25% (1 of 400); the twenty-fifth recall 0.9743 (341 of 350), false positives 0.25% (1 of
-/// 400); together 0.9771 (684 of 700) and 0.25% (2 of 800).
+/// 400); together 0.9771 (684 of 700) and 0.25% (2 of 800); tuned on since (5d66078), 1.0000
+/// and 0.00% each, and development sets since. The twenty-sixth and the twenty-seventh, written
+/// side by side and both first measured with the rules tuned on twenty-five sets (5d66078),
+/// never tuned on: the twenty-sixth recall 0.9657 (338 of 350), false positives 1.25% (5 of
+/// 400); the twenty-seventh recall 0.9486 (332 of 350), false positives 0.50% (2 of 400);
+/// together 0.9571 (670 of 700) and 0.88% (7 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("twenty-fourth", include_str!("redaction-twenty-fourth.jsonl"), 0.98, 0.0025),
-    ("twenty-fifth", include_str!("redaction-twenty-fifth.jsonl"), 0.97, 0.0025),
+    ("twenty-sixth", include_str!("redaction-twenty-sixth.jsonl"), 0.96, 0.0125),
+    ("twenty-seventh", include_str!("redaction-twenty-seventh.jsonl"), 0.94, 0.005),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
