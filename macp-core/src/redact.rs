@@ -914,7 +914,39 @@ fn is_password_key(key: &str) -> bool {
         "authtok",
         "rootpw",
     ]);
-    ENGLISH.named(key)
+    // Run together with what it is for, in lower case (`dbpassword`, `smtppass`).
+    let glued = key.len() > 6
+        && ["password", "passwd", "pass"].iter().any(|p| {
+            key.strip_suffix(p).is_some_and(|owner| {
+                [
+                    "db",
+                    "admin",
+                    "root",
+                    "smtp",
+                    "mail",
+                    "mysql",
+                    "pg",
+                    "redis",
+                    "ldap",
+                    "bind",
+                    "ftp",
+                    "sftp",
+                    "proxy",
+                    "vnc",
+                    "rpc",
+                    "keystore",
+                    "truststore",
+                    "store",
+                    "master",
+                    "sa",
+                    "api",
+                    "app",
+                ]
+                .contains(&owner)
+            })
+        });
+    glued
+        || ENGLISH.named(key)
         || PASSWORD_NAMES.named(key)
         || (!key.is_ascii() && cjk_password(key))
         || inflected_password(key)
@@ -2471,6 +2503,19 @@ fn uuid(s: &str) -> bool {
             .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
 }
 
+/// A value given for a secret named elsewhere ([`redact_secrets_with`]'s answers): random
+/// letters and digits of sixteen or more, base64 key material, long hex, a UUID, or a strong
+/// credential of twenty or more.
+fn answered_secret(w: &str) -> bool {
+    !dummy(w)
+        && !placeholder(w)
+        && ((w.len() >= 16 && random_value(w) && w.bytes().filter(u8::is_ascii_digit).count() >= 2)
+            || key_material(w)
+            || long_hex(w)
+            || uuid(&w.to_ascii_lowercase())
+            || (w.len() >= 20 && strong_credential(w)))
+}
+
 /// A password hash in crypt's format (`$apr1$salt$hash` from `htpasswd`, `$2y$05$…` bcrypt,
 /// `$6$…` in `/etc/shadow`, `$argon2id$v=19$…`) or Django's (`pbkdf2_sha256$600000$salt$hash`):
 /// it is cracked offline, so it goes as a password does. A shell's `$A$B` has no long last
@@ -2900,7 +2945,14 @@ fn secret_value(v: &str, weak: bool) -> bool {
             && d.len() >= 32
             && d.bytes().all(|b| b.is_ascii_hexdigit())
     });
-    if weak && versioned_digest {
+    // A name led by its number (`1Password`, "新的在 1Password 里"): people put a password's
+    // digits last.
+    let led = v.trim_start_matches(|c: char| c.is_ascii_digit());
+    let led_name = led.len() < v.len()
+        && (4..=12).contains(&led.len())
+        && camel_words(led)
+        && led.as_bytes()[0].is_ascii_uppercase();
+    if (weak && versioned_digest) || led_name {
         return false;
     }
     if weak {
@@ -3559,6 +3611,17 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             // `user:password@tcp(host)` (a Go DSN), `user:password@host`; not an image's
             // `name:tag@sha256:…`.
             ctx.mask_on("secret", pass).map(|m| format!("{m}@{host}"))
+        } else if let Some((user, after_user)) = bare.split_once(':')
+            && let Some(at) = after_user.find("@tcp(").or_else(|| after_user.find("@unix("))
+            && !user.is_empty()
+            && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && at > 0
+            && !after_user[..at].starts_with(['$', '%', '<', '{'])
+            && !placeholder(&after_user[..at])
+        {
+            // A Go DSN under any key (`dsn="root:…@tcp(db:3306)/orders"`): its password.
+            let pass = &after_user[..at];
+            ctx.mask_on("secret", pass).map(|m| format!("{user}:{m}{}", &after_user[at..]))
         } else if quoted
             && secret_kind(bare).is_none()
             // Not an attribute's `value="…"` (XML's `<add key="EVENT_ID" value="…">`): its name
@@ -4894,6 +4957,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // Words left in a sentence that names a product's key ("the Mistral key (…)"), where only
     // what looks strongly like one is taken.
     let mut product_key = 0u8;
+    // Lines left (this one and two more) after a secret named by its variable in a
+    // conversation ("chi ha cambiato la CLOUDFLARE_API_TOKEN?"): its value in the answer.
+    let mut env_named = 0u8;
     // The sentence about a secret went on to another thing of it (see [`property_noun`]).
     let mut about_other = false;
     // A password's name was on this line (see `stated_next`), and on the line before.
@@ -4935,6 +5001,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut pipe_filter: Option<bool> = Some(false);
     // A here-string (`<<< '…'`) on a line whose command reads a password.
     let mut herestring_pw = false;
+    // Where `htpasswd -b …`'s password, its last argument, starts in `text`.
+    let mut htpasswd_pw: Option<usize> = None;
     // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
     // and after its `key`: `1`, the key (or its type digit) is next; `2`, after the type digit.
     let mut device_line = false;
@@ -5049,6 +5117,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // The line before named a password (`Password for the [elastic] user … reset.`):
             // its `New value:` is that password.
             pw_prev_line = pw_line;
+            env_named = env_named.saturating_sub(1);
             sql_tool = false;
             freerdp = false;
             line_word = 0;
@@ -5058,6 +5127,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             net_use = false;
             piped = false;
             herestring_pw = false;
+            htpasswd_pw = None;
             device_key = 0;
             pw_line = false;
             claimed = None;
@@ -5721,7 +5791,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         // `|` too: a Markdown table's `| DD_API_KEY | 9857… |` (weak: `| token | description |`).
-        if core == "=" || core == ":" || core == "|" {
+        // (Make's `?=` and `+=` assign too.)
+        if core == "=" || core == ":" || core == "|" || core == "?=" || core == "+=" {
+            // (A template's pipe, `{{ .Values.db.password | b64enc }}`, passes a value on.)
+            if core == "|" && line_so_far_has(&out, "{{") {
+                bare_key = None;
+                out.push_str(raw);
+                continue;
+            }
             if let Some(weak) = bare_key {
                 pending = Some(("secret", weak || core == "|"));
             } else if admins_section && core == "=" && line_word == 2 {
@@ -6024,6 +6101,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && !dummy(&bare)
                 && (!bare.contains('.') || !weak || secret_flag(before).is_some());
             let template = !words && placeholder(raw.trim_start_matches(['"', '\'']))
+                // A template's function after its pipe (`{{ .Values.db.password | b64enc }}`).
+                || (before == "|" && line_so_far_has(&out, "{{"))
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
                 || (core.starts_with("--") && core[2..].starts_with(|c: char| c.is_ascii_alphabetic()));
             let variable = std::mem::take(&mut key_quoted) && quote.is_none() && variable(&bare);
@@ -6177,6 +6256,63 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         if core.starts_with("snmp") {
             snmp = true;
         }
+        // `htpasswd -nbB monitoring 'Tiger.1667!'`, `htpasswd -b .htpasswd user pass`: in batch
+        // mode (`-b`) the password is the command's last argument.
+        if htpasswd_pw == Some(text.len() - rest.len() - raw.len()) {
+            htpasswd_pw = None;
+            let v = vcore.trim_matches(['"', '\'']);
+            if !v.is_empty() && !v.starts_with(['$', '<', '{', '%']) && !placeholder(v) {
+                let at = raw.find(v).unwrap_or(0);
+                out.push_str(&raw[..at]);
+                out.push_str(&ctx.mask("secret", v));
+                out.push_str(&raw[at + v.len()..]);
+                continue;
+            }
+        }
+        // A Wi-Fi QR code's payload (`WIFI:T:WPA;S:Visitors;P:er6W…;H:false;;`): its `P:` field.
+        if let Some(at) = raw.find("WIFI:")
+            && let Some(p) = raw[at..]
+                .find(";P:")
+                .map(|p| at + p + 3)
+                .or_else(|| raw[at + 5..].starts_with("P:").then_some(at + 7))
+        {
+            // (To the next `;` not escaped with `\`.)
+            let b = raw.as_bytes();
+            let mut end = p;
+            while end < b.len() && !(b[end] == b';' && b[end - 1] != b'\\') {
+                end += 1;
+            }
+            let v = &raw[p..end];
+            if !v.is_empty() && !placeholder(v) {
+                out.push_str(&raw[..p]);
+                out.push_str(&ctx.mask("secret", v));
+                out.push_str(&raw[end..]);
+                continue;
+            }
+        }
+        if core == "htpasswd" {
+            // (To the command's end: an operator, or a word that ends with `;`.)
+            let mut args: Vec<&str> = Vec::new();
+            for w in line_words(rest, 256) {
+                if w.starts_with(['>', '|', '&', ';', '<']) || w.starts_with("2>") {
+                    break;
+                }
+                args.push(w);
+                if w.ends_with(';') {
+                    break;
+                }
+            }
+            let batch = args
+                .iter()
+                .any(|a| a.len() >= 2 && a.starts_with('-') && !a.starts_with("--") && a[1..].contains('b'));
+            let positional = args.iter().filter(|a| !a.starts_with('-')).count();
+            if batch && positional >= 2 {
+                // (Each word is a slice of `rest`.)
+                htpasswd_pw = args
+                    .last()
+                    .map(|w| text.len() - rest.len() + (w.as_ptr() as usize - rest.as_ptr() as usize));
+            }
+        }
         // `snmp-server host 10.0.0.9 version 2c Ybdf…`: the community its traps carry.
         if snmp
             && before.eq_ignore_ascii_case("2c")
@@ -6220,7 +6356,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // `atlas config set private_api_key …`, `npm config set _authToken …`: a CLI's setting
         // named for a secret, its value the next word.
-        if before == "set"
+        // (fish's `set -gx DD_API_KEY …`, its flags between.)
+        let fish_flags = before.len() >= 2
+            && before.starts_with('-')
+            && before[1..].bytes().all(|b| b"gxUulL".contains(&b))
+            && before2 == "set";
+        if (before == "set" || fish_flags)
             && line_word >= 2
             && !core.contains(['=', ':'])
             && is_secret_key(core)
@@ -6564,13 +6705,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (Not what names a commit or a digest: "detected at commit 3a3cb3b…".)
         // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
         // its kind ("Secret resource \"reporting-tls-fndc4\"").
-        let named_object =
-            ["commit", "sha", "revision", "digest", "hash"].iter().any(|n| before.eq_ignore_ascii_case(n))
-                || ticket_after_noun(before, core)
-                || (generated_k8s_name(core.trim_matches('"'))
-                    && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
-                        .iter()
-                        .any(|n| before.eq_ignore_ascii_case(n)));
+        let named_object = ["commit", "sha", "revision", "digest", "hash", "fingerprint"]
+            .iter()
+            .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
+            || ticket_after_noun(before, core)
+            || (generated_k8s_name(core.trim_matches('"'))
+                && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
+                    .iter()
+                    .any(|n| before.eq_ignore_ascii_case(n)));
         let said = if pw_window > 0 && !named_object {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
@@ -6595,6 +6737,49 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         } else {
             None
         };
+        // The answer to a secret named by its variable, where it is stated ("io, quella nuova è
+        // s-k12d…", "Hier: ad53…", "swapped FIREWORKS_API_KEY to fw_EtHK…"), when it looks
+        // strongly like one.
+        let said = said.or_else(|| {
+            // (Not a field's value, `"id": …`, nor an id's.)
+            (env_named > 0
+                && !named_object
+                && !before.ends_with(['"', '\'', '`'])
+                && !before.ends_with("\":")
+                && !before.strip_suffix(':').is_some_and(id_name)
+                && (before.ends_with([':', '：']) || copula(before) || before.eq_ignore_ascii_case("to")))
+            .then(|| stated_secret(core, answered_secret))
+            .flatten()
+        });
+        // (Named, not a value: `"reason": "INVALID_CREDENTIALS"` names none.)
+        let name = core.trim_end_matches(['?', '.', ',', '!', '？', '，', ')']);
+        if name.len() >= 6
+            && !pre.ends_with(['"', '\''])
+            && name.as_bytes()[0].is_ascii_uppercase()
+            && name.contains('_')
+            && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            && is_secret_key(name)
+        {
+            env_named = 3;
+        }
+        // (Glued to a CJK sentence's `：`, "已经换成新的了：e3e2…，记得更新".)
+        if said.is_none()
+            && env_named > 0
+            && let Some((head, tail)) = core.split_once('：')
+            && !head.is_empty()
+            && !head.is_ascii()
+        {
+            let end = tail.find(['，', '。', '、', '（']).unwrap_or(tail.len());
+            if answered_secret(&tail[..end]) {
+                out.push_str(pre);
+                out.push_str(head);
+                out.push('：');
+                out.push_str(&ctx.mask("secret", &tail[..end]));
+                out.push_str(&tail[end..]);
+                out.push_str(post);
+                continue;
+            }
+        }
         if let Some(at) = said {
             out.push_str(pre);
             // The `user:` before it, unless that is a key id of its own (`AKIA…:…`).
@@ -6728,7 +6913,13 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let tail = core.rsplit(['。', '？', '！']).next().unwrap_or(core);
             let closed = tail.len() < core.len() && !is_password_key(tail);
             // Nor when it is a variable in a list of arguments (`auth=(user, password), timeout=10`).
-            pending = (!closed && !post.contains([')', ','])).then_some(("secret", true));
+            // A configuration's line of a key and its value (msmtp's, fetchmail's `password
+            // qbdx…`): the value whatever it looks like, as after `password:`.
+            let config_line = line_word == 1
+                && pre.is_empty()
+                && core.bytes().all(|b| b.is_ascii_alphabetic() || b == b'_')
+                && line_words(rest, 256).take(2).count() == 1;
+            pending = (!closed && !post.contains([')', ','])).then_some(("secret", !config_line));
             pw_window = if closed { 0 } else { 14 };
             about_other = false;
             pw_line = true;
@@ -6809,8 +7000,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && let Some(q) = raw[eq + 1..].chars().next().filter(|c| matches!(c, '"' | '\''))
             && !raw[eq + 2..].contains(q)
             && let head = &raw[eq + 2..]
+            // (A signature's name is prose, `"signature":"ET POLICY Observed …"` (Suricata's rule),
+            // not a scheme and its credential.)
             && (auth_scheme(head).is_some()
                 || (is_secret_key(&raw[..eq])
+                    && !named(raw[..eq].trim_matches(['"', '\'', '{', ',']), &["signature", "sig"])
                     && scheme_like(head.trim_end_matches(|c: char| c.is_ascii_digit()))))
             && rest.starts_with([' ', '\t'])
         {
@@ -9075,5 +9269,67 @@ mod tests {
             ("user svc_checkout / YEAOwwunqy951#OlG", "YEAOwwunqy951#OlG"),
         ]);
         leaves_each(&["user guest / Moderate", "see CORP\\svc_checkout / readme.md", "paths a / b"]);
+    }
+
+    #[test]
+    fn a_secret_named_by_its_variable_is_masked_in_the_answer_that_states_it() {
+        masks_each(&[
+            (
+                "[22:37] priya: chi ha cambiato la CLOUDFLARE_API_TOKEN?\n[15:55] viktor: io, quella nuova è s-k12dojh46Za2RTFjY1xMNPZrKOfgyYxPrexCz1",
+                "s-k12dojh46Za2RT",
+            ),
+            (
+                "[12:23] hana: Wie heeft de LINODE_TOKEN voor prod?\n[08:26] gustavo: Hier: ad53cbdb5d1e66d67cea368b4e765a4d2c66c8895cbe7f66b450ca88a98dc6d9",
+                "ad53cbdb5d1e66d6",
+            ),
+            (
+                "lena: 是不是 POSTMARK_SERVER_TOKEN 过期了？\nines: 已经换成新的了：e3e217e7-34b8-40bc-991f-9f5ba18755e7，记得更新到配置中心",
+                "e3e217e7-34b8-40bc",
+            ),
+            ("swapped FIREWORKS_API_KEY to fw_EtHKt541J5DcRdmZFgoy8VQg on all pods", "EtHKt541J5DcRdm"),
+        ]);
+        leaves_each(&[
+            // Not three lines on; not a field's value, nor a quoted name.
+            "who has the LINODE_TOKEN?\nno idea\nnot me\nlast: ad53cbdb5d1e66d67cea368b4e765a4d2c66c8895cbe7f66b450ca88a98dc6d9",
+            "rotated STRIPE_SECRET_KEY, \"id\": \"4f1c2d7e-0b7a-4c59-9a51-1a2b3c4d5e6f\"",
+            r#"{"reason": "INVALID_CREDENTIALS", "actor": {"id": "00u8k2j4h5g6f7d8s9a0"}}"#,
+            "the SENTRY_AUTH_TOKEN is in vault: kv/prod/sentry",
+        ]);
+    }
+
+    #[test]
+    fn make_fish_php_go_and_msmtp_spellings_of_a_secrets_value_are_masked() {
+        masks_each(&[
+            ("MISTRAL_API_KEY ?= m03bPSvzwVVVQ053v1NJr8Htnz7dVSEd", "m03bPSvzwVVVQ053"),
+            ("maria@mbp ~/work> set -gx DD_API_KEY 9fb34b61f4bafa85774aabb4a34e4575", "9fb34b61f4bafa85"),
+            ("  'dbpassword' => 'z8K5Xvt_Azl@HGK5hPe',", "z8K5Xvt_Azl@HGK5hPe"),
+            (r#"dsn="root:jRZzEqANLws_zAJqCGLpzG24@tcp(mysql.prod.svc:3306)/ledger""#, "jRZzEqANLws_zAJq"),
+            (
+                "host smtp.gmail.com\nuser alerts@gmail.com\npassword qbdxkikpujlytuwu\nfrom a@gmail.com",
+                "qbdxkikpujlytuwu",
+            ),
+            ("htpasswd -nbB monitoring 'Tiger.1667!' >> /etc/nginx/.htpasswd", "Tiger.1667!"),
+            ("htpasswd -b /etc/nginx/.htpasswd admin S3cr3t-pass; echo ok", "S3cr3t-pass"),
+            ("QR payload: WIFI:T:WPA;S:Visitors;P:er6WmTn1rEV8wNdx;H:false;;", "er6WmTn1rEV8wNdx"),
+        ]);
+        leaves_each(&[
+            "password reset",
+            "パスワードの有効期限が切れたので、PLAT-2088 でリセットを依頼しました。",
+            r#"dsn="$DB_USER:$DB_PASS@tcp(db)/x""#,
+            "htpasswd -c /etc/nginx/.htpasswd admin",
+            "htpasswd -b /etc/nginx/.htpasswd admin \"$PASS\"",
+            "WIFI:S:Guest;T:nopass;P:;;",
+            "set -gx EDITOR nvim",
+        ]);
+    }
+
+    #[test]
+    fn a_rules_name_a_template_function_a_product_and_a_fingerprint_are_not_secrets() {
+        leaves_each(&[
+            r#"{"alert":{"signature_id":4957522,"signature":"ET POLICY Observed DNS Query to .top TLD","severity":2}}"#,
+            "  password: {{ .Values.db.password | b64enc | quote }}",
+            "[12:34] rosa: 密码已经重置了，新的在 1Password 里，不要贴到群里。",
+            "customer reports failures. Attached key fingerprint: E7DD94573D5074B54007F6D41D1AEFB16C7FEFA2. Please",
+        ]);
     }
 }
