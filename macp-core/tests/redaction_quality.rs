@@ -10,8 +10,9 @@
 //!   `redaction-fourteenth.jsonl`, `redaction-fifteenth.jsonl`, `redaction-sixteenth.jsonl`,
 //!   `redaction-seventeenth.jsonl`, `redaction-eighteenth.jsonl`, `redaction-nineteenth.jsonl`,
 //!   `redaction-twentieth.jsonl`, `redaction-twenty-first.jsonl`, `redaction-twenty-second.jsonl`,
-//!   `redaction-twenty-third.jsonl`, `redaction-twenty-fourth.jsonl` and
-//!   `redaction-twenty-fifth.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-twenty-third.jsonl`, `redaction-twenty-fourth.jsonl`,
+//!   `redaction-twenty-fifth.jsonl`, `redaction-twenty-sixth.jsonl` and
+//!   `redaction-twenty-seventh.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -20,7 +21,8 @@
 //!   the seventeenth's: 0.971, 0.50%; the eighteenth's: 0.986, 0.75%; the nineteenth's: 0.957,
 //!   0.00%; the twentieth's: 0.971, 1.00%; the twenty-first's: 0.966, 0.75%; the
 //!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%; the twenty-fourth's:
-//!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%),
+//!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%; the twenty-sixth's: 0.966, 1.25%; the
+//!   twenty-seventh's: 0.949, 0.50%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -132,7 +134,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 25] = [
+const SETS: [(&str, &str); 27] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -158,6 +160,8 @@ const SETS: [(&str, &str); 25] = [
     ("twenty-third", include_str!("redaction-twenty-third.jsonl")),
     ("twenty-fourth", include_str!("redaction-twenty-fourth.jsonl")),
     ("twenty-fifth", include_str!("redaction-twenty-fifth.jsonl")),
+    ("twenty-sixth", include_str!("redaction-twenty-sixth.jsonl")),
+    ("twenty-seventh", include_str!("redaction-twenty-seventh.jsonl")),
 ];
 
 #[test]
@@ -241,10 +245,16 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// side by side and both first measured with the rules tuned on twenty-five sets (5d66078),
 /// never tuned on: the twenty-sixth recall 0.9657 (338 of 350), false positives 1.25% (5 of
 /// 400); the twenty-seventh recall 0.9486 (332 of 350), false positives 0.50% (2 of 400);
-/// together 0.9571 (670 of 700) and 0.88% (7 of 800).
+/// together 0.9571 (670 of 700) and 0.88% (7 of 800); tuned on since (c34db49), 0.9943 and
+/// 0.00%, 0.9971 and 0.00%, and development sets since. The twenty-eighth and the twenty-ninth,
+/// written side by side with the two before and both first measured with the rules tuned on
+/// twenty-seven sets (c34db49), never tuned on: the twenty-eighth recall 0.9914 (347 of 350),
+/// false positives 0.25% (1 of 400); the twenty-ninth recall 0.9943 (348 of 350), false
+/// positives 5.25% (21 of 400: eight scenarios, most written three times); together 0.9929 (695
+/// of 700) and 2.75% (22 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("twenty-sixth", include_str!("redaction-twenty-sixth.jsonl"), 0.96, 0.0125),
-    ("twenty-seventh", include_str!("redaction-twenty-seventh.jsonl"), 0.94, 0.005),
+    ("twenty-eighth", include_str!("redaction-twenty-eighth.jsonl"), 0.99, 0.0025),
+    ("twenty-ninth", include_str!("redaction-twenty-ninth.jsonl"), 0.99, 0.0525),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
