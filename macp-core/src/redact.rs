@@ -416,8 +416,10 @@ struct Ctx<'a> {
     /// The text is a JAAS configuration (`…LoginModule required`), whose `user_<name>="…"`
     /// options are users' passwords (ZooKeeper's and Kafka's digest and plain logins).
     jaas: bool,
-    /// The text is a Kubernetes ConfigMap (see [`Ctx::new`]).
+    /// The text is a Kubernetes ConfigMap, or S3's object versions (see [`Ctx::new`]).
     configmap: bool,
+    /// The text is a Bitnami SealedSecret: its values are ciphertext (`AgB…`), safe to commit.
+    sealed: bool,
     /// Reading text decoded from base64 inside another: not decoded again.
     nested: bool,
     /// The text calls Sentry's browser SDK (`Sentry.init(`): a DSN's key in it is public.
@@ -436,12 +438,15 @@ impl<'a> Ctx<'a> {
         let jwk = text.contains("\"kty\"");
         // A Kubernetes ConfigMap is not where secrets go, and its `binaryData` is base64 of any
         // bytes: a 40-character piece of it is not taken for an AWS secret key by shape alone.
-        let configmap = (text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
-            && !text.contains("kind: Secret");
+        // (Nor in S3's list of object versions, whose ids have that shape.)
+        let configmap = ((text.contains("kind: ConfigMap") || text.contains("\"kind\":\"ConfigMap\""))
+            && !text.contains("kind: Secret"))
+            || text.contains("list-object-versions");
+        let sealed = text.contains("kind: SealedSecret");
         let jaas = text.contains("LoginModule");
         let sentry_browser = text.contains("Sentry.init(");
         let userlist = text.contains("userlist.txt") || text.contains("auth_file");
-        Ctx { off, found, jwk, jaas, configmap, nested, sentry_browser, userlist, depth: 0 }
+        Ctx { off, found, jwk, jaas, configmap, sealed, nested, sentry_browser, userlist, depth: 0 }
     }
 
     /// The kind of secret `w` is by its shape alone, no key naming it ([`secret_kind`]), but
@@ -5001,6 +5006,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut pipe_filter: Option<bool> = Some(false);
     // A here-string (`<<< '…'`) on a line whose command reads a password.
     let mut herestring_pw = false;
+    // After Redis's `SCAN`, `KEYS` or `redis-cli --scan` (`Some(true)` from the next line):
+    // its output's words are keys' names (`session:9a93…`), not keys and values.
+    let mut redis_keys: Option<bool> = None;
     // Where `htpasswd -b …`'s password, its last argument, starts in `text`.
     let mut htpasswd_pw: Option<usize> = None;
     // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
@@ -5118,6 +5126,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // its `New value:` is that password.
             pw_prev_line = pw_line;
             env_named = env_named.saturating_sub(1);
+            // A blank line ends the sentence or block that named a secret.
+            // (Not after a colon: "Enter this setup key instead:" then the key.)
+            if rest[..nl].contains('\n') && !out.trim_end().ends_with([':', '：']) {
+                pw_window = 0;
+                login_window = 0;
+            }
             sql_tool = false;
             freerdp = false;
             line_word = 0;
@@ -5128,6 +5142,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             piped = false;
             herestring_pw = false;
             htpasswd_pw = None;
+            if redis_keys == Some(false) {
+                redis_keys = Some(true);
+            }
             device_key = 0;
             pw_line = false;
             claimed = None;
@@ -5595,7 +5612,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && core
                     .split('-')
                     .all(|g| g.len() == 5 && g.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-            if second_half || first_half || recovery_code(core) || github {
+            // (Not a ticket referred to, "(see PLAT-3372)".)
+            let ticket = ticket_id(core)
+                && (before.eq_ignore_ascii_case("see")
+                    || pre.ends_with('(')
+                    || ticket_after_noun(before, core));
+            if second_half || first_half || (recovery_code(core) && !ticket) || github {
                 code_pair = first_half;
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
@@ -6100,7 +6122,19 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && passphrase_words(&bare)
                 && !dummy(&bare)
                 && (!bare.contains('.') || !weak || secret_flag(before).is_some());
+            // A redirection (`-w 2>/dev/null`) is the shell's, not a flag's value; git's
+            // `signingkey = 3AA5C34371567BD2` names a key by its id; a SealedSecret's value is
+            // ciphertext kubeseal made (`AgB6…`), safe to commit.
+            let shell = bare.starts_with(['>', '<', '|'])
+                || (bare.len() >= 2 && bare.as_bytes()[0].is_ascii_digit() && bare.as_bytes()[1] == b'>');
+            let key_id = before2.eq_ignore_ascii_case("signingkey")
+                && matches!(bare.len(), 8 | 16 | 40)
+                && bare.bytes().all(|b| b.is_ascii_hexdigit());
+            let sealed = bare.starts_with("Ag") && ctx.sealed;
             let template = !words && placeholder(raw.trim_start_matches(['"', '\'']))
+                || shell
+                || key_id
+                || sealed
                 // A template's function after its pipe (`{{ .Values.db.password | b64enc }}`).
                 || (before == "|" && line_so_far_has(&out, "{{"))
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
@@ -6258,6 +6292,22 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         }
         // `htpasswd -nbB monitoring 'Tiger.1667!'`, `htpasswd -b .htpasswd user pass`: in batch
         // mode (`-b`) the password is the command's last argument.
+        if matches!(core, "--scan" | "SCAN" | "KEYS" | "scan" | "keys")
+            && (line_so_far_has(&out, "redis-cli") || line_behind(&out).contains("6379>"))
+        {
+            redis_keys = Some(false);
+        }
+        if redis_keys == Some(true)
+            && let Some((name, rest_of)) = core.trim_matches('"').split_once(':')
+            && !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            && !rest_of.is_empty()
+            && !rest_of.starts_with("//")
+            && rest_of.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+        {
+            out.push_str(raw);
+            continue;
+        }
         if htpasswd_pw == Some(text.len() - rest.len() - raw.len()) {
             htpasswd_pw = None;
             let v = vcore.trim_matches(['"', '\'']);
@@ -6705,9 +6755,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (Not what names a commit or a digest: "detected at commit 3a3cb3b…".)
         // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
         // its kind ("Secret resource \"reporting-tls-fndc4\"").
-        let named_object = ["commit", "sha", "revision", "digest", "hash", "fingerprint"]
+        // Nor what a label names an id (`// trace: 91fa…`, `request_id: …`).
+        let named_object = ["commit", "sha", "revision", "digest", "hash", "fingerprint", "trace", "span"]
             .iter()
             .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
+            || before.strip_suffix(':').is_some_and(|k| k.len() > 2 && id_name(k))
             || ticket_after_noun(before, core)
             || (generated_k8s_name(core.trim_matches('"'))
                 && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
@@ -6780,7 +6832,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 continue;
             }
         }
-        if let Some(at) = said {
+        // (Never a field's name, `"AccessKeyMetadata":`.)
+        if let Some(at) = said.filter(|_| !raw.ends_with(':')) {
             out.push_str(pre);
             // The `user:` before it, unless that is a key id of its own (`AKIA…:…`).
             match ctx.alone(core[..at].trim_end_matches(':')) {
@@ -6808,6 +6861,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         let community = (snmp && before == "community") || matches!(before, "rocommunity" | "rwcommunity");
         if bare_key == Some(true)
             && !signature()
+            // (A field's name, `"AccessKeyMetadata": [`, is none.)
+            && !raw.ends_with(':')
             && ((core.len() >= 16 && strong_credential(core))
                 || (quoted && secret_value(core, true))
                 || (community && credential_like(core) && !dotted_name(core)))
@@ -6951,6 +7006,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             if before == "variable" {
                 tf_secret = Some(weak);
             }
+        } else if before == "variable" {
+            // (Another variable's block: its `default` is no secret's.)
+            tf_secret = None;
         }
         // `new PDO($dsn, 'user', 'password')`, `Client("SK…", "token")`: a call whose n-th
         // argument is a credential.
@@ -7022,7 +7080,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let n = line_ahead(rest.trim_start_matches([' ', '\t']), 256);
             copula(&n[..n.find(char::is_whitespace).unwrap_or(n.len())])
         };
-        if core.len() >= 10 && said == core && next_is() && (strong_credential(core) || password_like(core)) {
+        // (Not an example, "passwords like \"Password123!\" are rejected".)
+        let example = ["like", "as", "e.g.", "eg", "example", "example:"]
+            .iter()
+            .any(|w| before.eq_ignore_ascii_case(w));
+        if core.len() >= 10
+            && said == core
+            && !example
+            && next_is()
+            && (strong_credential(core) || password_like(core))
+        {
             let s = out.len() + pre.len();
             claimed = Some((s, s + vcore.len(), vcore.to_owned(), 6));
         }
@@ -9330,6 +9397,37 @@ mod tests {
             "  password: {{ .Values.db.password | b64enc | quote }}",
             "[12:34] rosa: 密码已经重置了，新的在 1Password 里，不要贴到群里。",
             "customer reports failures. Attached key fingerprint: E7DD94573D5074B54007F6D41D1AEFB16C7FEFA2. Please",
+        ]);
+    }
+
+    #[test]
+    fn key_names_key_ids_ciphertext_and_what_a_shell_or_a_label_says_are_left() {
+        leaves_each(&[
+            // Redis's keys after a scan.
+            "$ redis-cli --scan --pattern 'session:*' | head -2\nsession:9a9356eafbd872c700291864731aecc1\nsession:67e3fe8d2b87989c68db16684c22218c",
+            "127.0.0.1:6379> SCAN 0 MATCH session:* COUNT 5\n1) \"2553\"\n2) 1) \"session:0cfc3a54e49354df0cfc3a54e49354df\"",
+            // A SealedSecret's ciphertext; git's signing key id; S3's version ids.
+            "kind: SealedSecret\nspec:\n  encryptedData:\n    password: AgB6ZRG0M9rj8WSS1N+UgyoGqVvBdTbQPgCDpuiM30DyYI=/Fi48+dp7lowrN6fWj7+CTnahA==",
+            "[user]\n\tname = esra haddad\n\tsigningkey = 3AA5C34371567BD2\n[commit]",
+            "$ aws s3api list-object-versions --bucket b\n[{\"K\": \"r.csv\", \"V\": \"QzE8ZVcO9ABTBr7dIENfLPKP0venkOClyP7eSfjr\"}]",
+            // A redirection after a password's flag; an id after its label; a field's name.
+            "export GITHUB_TOKEN=\"$(security find-generic-password -a \"$USER\" -s gh-token -w 2>/dev/null)\"",
+            "let url = format!(\"postgres://{}:{}@{}/{}\", secret.user, secret.password, host, db);\n// trace: 91faa7b3740e8a7354f045b4840dfa00",
+            "$ aws iam list-access-keys --user-name ci-auth\n{\n    \"AccessKeyMetadata\": [\n        {\n            \"UserName\": \"ci-auth\"",
+            // Another variable's default, after a blank line; an example of a bad password.
+            "variable \"db_password\" {\n  sensitive = true\n}\n\nvariable \"vpc_id\" {\n  default = \"vpc-0a1b2c3d4e5f67890\"\n}",
+            "Passwords like \"Password123!\" are rejected by the breached-password check.",
+            // A ticket after "see", in a note about recovery codes.
+            "download the recovery codes and store them in 1Password. Don't paste them (see PLAT-3372).",
+        ]);
+        // What those exceptions leave masked.
+        masks_each(&[
+            (
+                "Enter this setup key into your authenticator app instead:\n\nj2jj vadb p7lk ua4g m75t s7l3 5o4y a64f",
+                "j2jj",
+            ),
+            ("kind: Secret\ndata:\n  password: AgB6ZRG0M9rj8WSS1N+UgyoGqVvBdTbQ", "AgB6ZRG0M9rj8WSS"),
+            ("recovery codes:\nWXYZ-5678\nABCD-1234", "WXYZ-5678"),
         ]);
     }
 }
