@@ -825,6 +825,8 @@ const SECRET_KEYS: &[&str] = &[
     "xprv",
     "xpriv",
     "nsec",
+    // A personal access token (`GITHUB_PAT`, `AZURE_DEVOPS_EXT_PAT`).
+    "pat",
 ];
 
 /// A password's name in other languages, as a key (`Passwort:`, `пароль:`, `senha=`) and in a
@@ -2508,6 +2510,54 @@ fn uuid(s: &str) -> bool {
             .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { *c == b'-' } else { c.is_ascii_hexdigit() })
 }
 
+/// A file's name by its extension (`V329__add_index.sql`, `2024-03-29.csv`).
+fn file_name(w: &str) -> bool {
+    w.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !stem.is_empty()
+            && [
+                "sql", "csv", "json", "yaml", "yml", "log", "txt", "py", "sh", "js", "ts", "go", "rs",
+                "java", "xml", "md", "tf", "conf", "cfg", "ini", "toml", "zip", "gz", "tar", "pem", "crt",
+                "pub",
+            ]
+            .contains(&ext)
+    })
+}
+
+/// A name in PascalCase, an acronym and a version allowed (`AWSCompromisedKeyQuarantineV2`,
+/// `AmazonS3ReadOnlyAccess`): three capitalised words or more, as a policy's or a class's
+/// name is written; a password's capitals fall at random.
+fn pascal_name(w: &str) -> bool {
+    let b = w.as_bytes();
+    if b.len() < 12 || !b.iter().all(u8::is_ascii_alphanumeric) || !b[0].is_ascii_uppercase() {
+        return false;
+    }
+    // Words start where a capital follows a small letter, or ends a run of capitals before one.
+    let mut words = 1;
+    for i in 1..b.len() {
+        let up = b[i].is_ascii_uppercase();
+        if up && (b[i - 1].is_ascii_lowercase() || b[i - 1].is_ascii_digit()) {
+            words += 1;
+        }
+        if b[i].is_ascii_lowercase()
+            && b[i - 1].is_ascii_uppercase()
+            && i >= 2
+            && b[i - 2].is_ascii_uppercase()
+        {
+            words += 1;
+        }
+    }
+    // Digits only in a version or a product's number (`V2`, `S3`): two at most in a row, after
+    // a capital.
+    let digits_ok =
+        b.windows(2).all(|p| !p[1].is_ascii_digit() || p[0].is_ascii_uppercase() || p[0].is_ascii_digit())
+            && b.windows(3).all(|p| !p.iter().all(u8::is_ascii_digit));
+    // Each lower-case run is a word's: two letters or more.
+    let runs_ok = b.split(|c| !c.is_ascii_lowercase()).filter(|r| !r.is_empty()).all(|r| r.len() >= 2);
+    // (Mostly small letters: a seed's or a key's capitals are not words.)
+    let small = b.iter().filter(|c| c.is_ascii_lowercase()).count();
+    words >= 3 && digits_ok && runs_ok && small * 2 >= b.len()
+}
+
 /// A value given for a secret named elsewhere ([`redact_secrets_with`]'s answers): random
 /// letters and digits of sixteen or more, base64 key material, long hex, a UUID, or a strong
 /// credential of twenty or more.
@@ -2725,7 +2775,7 @@ fn random_under_any_key(key: &str, v: &str, ctx: &Ctx<'_>) -> bool {
         || v.split_once('_')
             .is_some_and(|(t, _)| (1..=6).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()));
     let header = key.starts_with(['X', 'x']) && key.as_bytes().get(1) == Some(&b'-');
-    let excluded = typed_id || header || is_secret_key(key) || id_name(key);
+    let excluded = typed_id || header || is_secret_key(key) || id_name(key) || twilio_sid(v);
     (random || credential())
         && !excluded
         && !placeholder(v)
@@ -2939,7 +2989,17 @@ fn secret_value(v: &str, weak: bool) -> bool {
     // Ports (`5432:5432` after docker's `-p`), Twilio's ids, a shell's prompt read where a
     // value was waited for: never a secret.
     let ports = v.contains(':') && v.bytes().all(|b| b.is_ascii_digit() || b == b':' || b == b'.');
-    if ports || twilio_sid(v) || shell_prompt(v) {
+    // Nor a Windows security identifier (`S-1-5-21-…`), nor a linter's rule (`java:S2068`).
+    let windows_sid =
+        v.starts_with("S-1-") && v.bytes().all(|b| b.is_ascii_digit() || b == b'-' || b == b'S');
+    let rule_id = v.split_once(':').is_some_and(|(lang, r)| {
+        (2..=12).contains(&lang.len())
+            && lang.bytes().all(|b| b.is_ascii_lowercase())
+            && r.len() >= 2
+            && r.starts_with('S')
+            && r[1..].bytes().all(|b| b.is_ascii_digit())
+    });
+    if ports || twilio_sid(v) || shell_prompt(v) || windows_sid || rule_id {
         return false;
     }
     // A versioned digest (`v2:5d0e3b…`, a cache key's `auth:v2:…`) names an entry.
@@ -5009,6 +5069,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     // After Redis's `SCAN`, `KEYS` or `redis-cli --scan` (`Some(true)` from the next line):
     // its output's words are keys' names (`session:9a93…`), not keys and values.
     let mut redis_keys: Option<bool> = None;
+    // On a `Cookie:` header's line (`-b`/`--cookie` too): a session's cookie is a credential.
+    let mut cookie_line = false;
     // Where `htpasswd -b …`'s password, its last argument, starts in `text`.
     let mut htpasswd_pw: Option<usize> = None;
     // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
@@ -5142,6 +5204,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             piped = false;
             herestring_pw = false;
             htpasswd_pw = None;
+            cookie_line = false;
             if redis_keys == Some(false) {
                 redis_keys = Some(true);
             }
@@ -6308,6 +6371,50 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
+        if ["cookie:", "set-cookie:", "--cookie", "cookie", "'cookie:", "\"cookie:"]
+            .iter()
+            .any(|c| core.eq_ignore_ascii_case(c) || raw.eq_ignore_ascii_case(c))
+        {
+            cookie_line = true;
+        }
+        // A session's cookie on it (`session_id=UDgy…;`, `.AspNetCore.Identity.Application=CfDJ…`):
+        // named for a session, an identity, a login or a token, its value random.
+        if cookie_line
+            && let Some((name, value)) = core.split_once('=')
+            && let value = value.trim_end_matches(';')
+            && value.len() >= 16
+            && {
+                let n = name.to_ascii_lowercase();
+                ["sess", "sid", "auth", "token", "identity", "remember", "login", "jwt"]
+                    .iter()
+                    .any(|w| n.contains(w))
+            }
+            && value.bytes().any(|b| b.is_ascii_digit())
+            && value.bytes().any(|b| b.is_ascii_alphabetic())
+            && !value.starts_with(['$', '<', '{'])
+            && !placeholder(value)
+            && let Some(at) = raw.find(value)
+        {
+            out.push_str(&raw[..at]);
+            out.push_str(&ctx.mask("secret", value));
+            out.push_str(&raw[at + value.len()..]);
+            continue;
+        }
+        // The default a program falls back to when a secret's variable is unset
+        // (`os.environ.get("AZURE_DEVOPS_EXT_PAT", "3ii9…")`, `os.getenv('API_KEY', '…')`): the
+        // next word, as after the secret's name.
+        if let Some(call) = ["environ.get(", "getenv(", "Getenv(", "ENV.fetch("]
+            .iter()
+            .find_map(|c| core.find(c).map(|i| i + c.len()))
+            && core.ends_with(',')
+            && let Some(name) =
+                core[call..core.len() - 1].strip_prefix(['"', '\'']).and_then(|n| n.strip_suffix(['"', '\'']))
+            && is_secret_key(name)
+        {
+            pending = Some(("secret", false));
+            out.push_str(raw);
+            continue;
+        }
         if htpasswd_pw == Some(text.len() - rest.len() - raw.len()) {
             htpasswd_pw = None;
             let v = vcore.trim_matches(['"', '\'']);
@@ -6664,7 +6771,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 "sysadmin",
             ]
             .iter()
-            .any(|u| before.trim_start_matches(".\\").eq_ignore_ascii_case(u))
+            .any(|u| before.trim_start_matches(".\\").trim_matches(['`', '"', '\'']).eq_ignore_ascii_case(u))
             // Or a domain's account (`CORP\svc_checkout`), or a name said to be the user's
             // ("user svc_checkout / …").
             || before.split_once('\\').is_some_and(|(d, u)| {
@@ -6673,14 +6780,17 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                         && d.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
                         && u.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'$'))
                 })
-            || ["user", "user:", "login", "login:", "username", "username:"]
+            || ["user", "user:", "login", "login:", "username", "username:", "superuser", "account"]
                 .iter()
                 .any(|w| before2.eq_ignore_ascii_case(w)))
             && line_words(rest, 72).next().is_some_and(|n| {
-                let symbol = n.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
-                (symbol || n.len() >= 16)
-                    && !n.contains(['.', '/'])
-                    && strong_credential(&n.replace(['=', ':'], ""))
+                // (Quoted, a dot is the password's: no address is written so.)
+                let bare = n.trim_matches(['`', '"', '\'']);
+                let quoted = bare.len() + 2 == n.len();
+                let symbol = bare.bytes().any(|b| b"!#$%^&*+=?~@_".contains(&b));
+                (symbol || bare.len() >= 16)
+                    && (!bare.contains(['.', '/']) || (quoted && !bare.contains('/')))
+                    && strong_credential(&bare.replace(['=', ':'], ""))
             })
         {
             pending = Some(("secret", false));
@@ -6756,15 +6866,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
         // its kind ("Secret resource \"reporting-tls-fndc4\"").
         // Nor what a label names an id (`// trace: 91fa…`, `request_id: …`).
-        let named_object = ["commit", "sha", "revision", "digest", "hash", "fingerprint", "trace", "span"]
-            .iter()
-            .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
-            || before.strip_suffix(':').is_some_and(|k| k.len() > 2 && id_name(k))
-            || ticket_after_noun(before, core)
-            || (generated_k8s_name(core.trim_matches('"'))
-                && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
-                    .iter()
-                    .any(|n| before.eq_ignore_ascii_case(n)));
+        let named_object =
+            ["commit", "sha", "revision", "digest", "hash", "fingerprint", "trace", "span", "id"]
+                .iter()
+                .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
+                || before.strip_suffix(':').is_some_and(|k| k.len() > 2 && id_name(k))
+                || ticket_after_noun(before, core)
+                || (generated_k8s_name(core.trim_matches('"'))
+                    && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
+                        .iter()
+                        .any(|n| before.eq_ignore_ascii_case(n)));
         let said = if pw_window > 0 && !named_object {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
@@ -6774,6 +6885,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let after_name = is_password_key(before);
             stated_secret(core, |w| {
                 !dummy(w)
+                    && !file_name(w)
+                    && !pascal_name(w)
                     && (strong_credential(w)
                         || password_like(w)
                         || base32_seed(w)
@@ -6799,7 +6912,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && !before.ends_with(['"', '\'', '`'])
                 && !before.ends_with("\":")
                 && !before.strip_suffix(':').is_some_and(id_name)
-                && (before.ends_with([':', '：']) || copula(before) || before.eq_ignore_ascii_case("to")))
+                && (before.ends_with([':', '：'])
+                    || copula(before)
+                    || ["to", "got", "(got"].iter().any(|w| before.eq_ignore_ascii_case(w))))
             .then(|| stated_secret(core, answered_secret))
             .flatten()
         });
@@ -9429,5 +9544,51 @@ mod tests {
             ("kind: Secret\ndata:\n  password: AgB6ZRG0M9rj8WSS1N+UgyoGqVvBdTbQ", "AgB6ZRG0M9rj8WSS"),
             ("recovery codes:\nWXYZ-5678\nABCD-1234", "WXYZ-5678"),
         ]);
+    }
+
+    #[test]
+    fn session_cookies_env_fallbacks_and_quoted_logins_are_masked() {
+        masks_each(&[
+            (
+                "cookie: _ga=GA1.2.1391700284.2139949526; session_id=UDgyVe0PujrgXOZR2AP9VojgX44ruOg0md01D54M; theme=dark",
+                "UDgyVe0PujrgXOZR",
+            ),
+            (
+                "Cookie: .AspNetCore.Identity.Application=CfDJ8BhZ090PCj67Yy2mXsoGmeau0aY9Af0q; x=1",
+                "CfDJ8BhZ090PCj67",
+            ),
+            (
+                r#"pat = os.environ.get("AZURE_DEVOPS_EXT_PAT", "3ii9khiltmtnub9du0ejctlc4njy3m5owkrb6tqm25bavri9fex1")"#,
+                "3ii9khiltmtnub9d",
+            ),
+            ("ASANA_PAT=1/9699419110537743:ab711e1d8b7f5d42e460741238a65e90", "ab711e1d8b7f5d42"),
+            (
+                "promoted replica; temporary superuser `recovery` / `.Mj.D_ipPCi#T3Unu` created",
+                ".Mj.D_ipPCi#T3Unu",
+            ),
+            (
+                "FATAL config: invalid FIELD_ENCRYPTION_KEY length (got urahlVEPwGODN61vm9fh+KvCW2zskkbAzU0xZS58oc4=)",
+                "urahlVEPwGODN61v",
+            ),
+        ]);
+        leaves_each(&[
+            "cookie: _ga=GA1.2.1391700284.2139949526; theme=dark; lang=en-GB",
+            r#"host = os.getenv("DB_HOST", "localhost")"#,
+            r#"key = os.getenv("API_KEY", "")"#,
+        ]);
+    }
+
+    #[test]
+    fn ids_rule_names_file_names_and_pascal_case_names_in_a_sentence_about_a_key_are_left() {
+        leaves_each(&[
+            "PasswordLastSet   : 2025-03-12 23:58:56\nSID               : S-1-5-21-3349741416-9248322571-879405399-7786",
+            "Runbook step 5: confirm the account SID.\nExpected: AC4d16aaf341d4334106621eeaaf6d7435",
+            "- 13:21 rotated repo signing key, old id 0x0E464C96FA2C368D",
+            "review this potentially hard-coded password. (java:S2068)",
+            "the access key was auto-quarantined (AWSCompromisedKeyQuarantineV2) within 4 minutes.",
+            "-Pflyway.password=****\nERROR: Migration V329__add_index.sql failed",
+        ]);
+        // A seed in capitals is no PascalCase name.
+        masks_each(&[("break-glass account: TOTP seed WPNQDG26QA5NSKMN", "WPNQDG26QA5NSKMN")]);
     }
 }
