@@ -12,8 +12,9 @@
 //!   `redaction-twentieth.jsonl`, `redaction-twenty-first.jsonl`, `redaction-twenty-second.jsonl`,
 //!   `redaction-twenty-third.jsonl`, `redaction-twenty-fourth.jsonl`,
 //!   `redaction-twenty-fifth.jsonl`, `redaction-twenty-sixth.jsonl`,
-//!   `redaction-twenty-seventh.jsonl`, `redaction-twenty-eighth.jsonl` and
-//!   `redaction-twenty-ninth.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-twenty-seventh.jsonl`, `redaction-twenty-eighth.jsonl`,
+//!   `redaction-twenty-ninth.jsonl`, `redaction-thirtieth.jsonl` and
+//!   `redaction-thirty-first.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -24,7 +25,7 @@
 //!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%; the twenty-fourth's:
 //!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%; the twenty-sixth's: 0.966, 1.25%; the
 //!   twenty-seventh's: 0.949, 0.50%; the twenty-eighth's: 0.991, 0.25%; the twenty-ninth's:
-//!   0.994, 5.25%),
+//!   0.994, 5.25%; the thirtieth's: 0.974, 0.75%; the thirty-first's: 0.980, 2.00%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -136,7 +137,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 29] = [
+const SETS: [(&str, &str); 31] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -166,6 +167,8 @@ const SETS: [(&str, &str); 29] = [
     ("twenty-seventh", include_str!("redaction-twenty-seventh.jsonl")),
     ("twenty-eighth", include_str!("redaction-twenty-eighth.jsonl")),
     ("twenty-ninth", include_str!("redaction-twenty-ninth.jsonl")),
+    ("thirtieth", include_str!("redaction-thirtieth.jsonl")),
+    ("thirty-first", include_str!("redaction-thirty-first.jsonl")),
 ];
 
 #[test]
@@ -260,10 +263,15 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// both first measured with the rules tuned on twenty-nine sets (8169664), never tuned on: the
 /// thirtieth recall 0.9743 (341 of 350), false positives 0.75% (3 of 400); the thirty-first
 /// recall 0.9800 (343 of 350), false positives 2.00% (8 of 400); together 0.9771 (684 of 700)
-/// and 1.38% (11 of 800).
+/// and 1.38% (11 of 800); tuned on since (aaac28b), 0.9829 and 0.00%, 0.9886 and 0.00%, and
+/// development sets since. The thirty-second and the thirty-third, written side by side and
+/// both first measured with the rules tuned on thirty-one sets (aaac28b), never tuned on: the
+/// thirty-second recall 0.9743 (341 of 350), false positives 2.25% (9 of 400); the
+/// thirty-third recall 0.9771 (342 of 350), false positives 3.00% (12 of 400); together 0.9757
+/// (683 of 700) and 2.63% (21 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("thirtieth", include_str!("redaction-thirtieth.jsonl"), 0.97, 0.0075),
-    ("thirty-first", include_str!("redaction-thirty-first.jsonl"), 0.98, 0.02),
+    ("thirty-second", include_str!("redaction-thirty-second.jsonl"), 0.97, 0.0225),
+    ("thirty-third", include_str!("redaction-thirty-third.jsonl"), 0.97, 0.03),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
