@@ -1314,6 +1314,8 @@ const NOT_SECRET_TOKENS: &[&str] = &[
     // A WebSocket handshake's nonce, an Active Directory object's security identifier.
     "sec_websocket_key",
     "objectsid",
+    // detect-secrets' report: a finding's SHA-1, so that the secret itself is not in it.
+    "hashed_secret",
 ];
 
 /// Looks like a credential rather than a word: six characters or more, with a digit or both
@@ -2775,7 +2777,12 @@ fn random_under_any_key(key: &str, v: &str, ctx: &Ctx<'_>) -> bool {
         || v.split_once('_')
             .is_some_and(|(t, _)| (1..=6).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase()));
     let header = key.starts_with(['X', 'x']) && key.as_bytes().get(1) == Some(&b'-');
-    let excluded = typed_id || header || is_secret_key(key) || id_name(key) || twilio_sid(v);
+    let excluded = typed_id
+        || header
+        || is_secret_key(key)
+        || id_name(key)
+        || twilio_sid(v)
+        || NOT_SECRET_TOKEN_NAMES.named(key);
     (random || credential())
         && !excluded
         && !placeholder(v)
@@ -4063,10 +4070,17 @@ fn stated_value(w: &str) -> bool {
             .is_some_and(|p| p.bytes().all(|c| c.is_ascii_digit()))
         && w.contains('.');
     let email = w.split_once('@').is_some_and(|(_, d)| d.contains('.'));
+    // A host and its port (`bastion-eu:9100`), a time's tail (`06:17.010Z`).
+    let host_port = w.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty() && !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) && !h.contains(':')
+    });
+    let time = b.iter().all(|c| c.is_ascii_digit() || matches!(c, b':' | b'.' | b'Z' | b'T' | b'-' | b'+'));
     (6..=72).contains(&b.len())
         && letters
         && (digit || symbol)
         && !date
+        && !host_port
+        && !time
         && !version
         && !email
         && !w.contains("://")
@@ -6194,10 +6208,32 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 && matches!(bare.len(), 8 | 16 | 40)
                 && bare.bytes().all(|b| b.is_ascii_hexdigit());
             let sealed = bare.starts_with("Ag") && ctx.sealed;
+            // A generated name (`session-store-63a9…-d8a00a7ef38b`, a workflow's id) ends with a
+            // UUID; a field's type (`pub password: SecretString,`) names one; an example is
+            // given as one ("Example of a bad password: \"password1\"").
+            // (Two words or more before it, `session-store-`: a token's prefix, `api-`, `sk_`,
+            // is one.)
+            let generated = bare.len() > 37
+                && bare.is_char_boundary(bare.len() - 36)
+                && uuid(&bare[bare.len() - 36..])
+                && bare[..bare.len() - 36].strip_suffix('-').is_some_and(|p| {
+                    p.split('-').count() >= 2
+                        && p.split('-').all(|w| w.len() >= 2 && w.bytes().all(|b| b.is_ascii_lowercase()))
+                });
+            let type_name =
+                ["String", "Secret", "SecretString", "SecretBox", "Str"].iter().any(|t| bare.ends_with(t))
+                    && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b == b':');
+            let example = {
+                let l = line_behind(&out).to_ascii_lowercase();
+                l.contains("example of") || l.contains("for example") || l.contains("e.g.")
+            };
             let template = !words && placeholder(raw.trim_start_matches(['"', '\'']))
                 || shell
                 || key_id
                 || sealed
+                || generated
+                || type_name
+                || example
                 // A template's function after its pipe (`{{ .Values.db.password | b64enc }}`).
                 || (before == "|" && line_so_far_has(&out, "{{"))
                 // Another flag (`oauth2-proxy: --client-id=…`), not a value.
@@ -6866,16 +6902,31 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
         // its kind ("Secret resource \"reporting-tls-fndc4\"").
         // Nor what a label names an id (`// trace: 91fa…`, `request_id: …`).
-        let named_object =
-            ["commit", "sha", "revision", "digest", "hash", "fingerprint", "trace", "span", "id"]
-                .iter()
-                .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
-                || before.strip_suffix(':').is_some_and(|k| k.len() > 2 && id_name(k))
-                || ticket_after_noun(before, core)
-                || (generated_k8s_name(core.trim_matches('"'))
-                    && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
-                        .iter()
-                        .any(|n| before.eq_ignore_ascii_case(n)));
+        let named_object = [
+            "commit",
+            "sha",
+            "sha1",
+            "sha256",
+            "md5",
+            "revision",
+            "digest",
+            "hash",
+            "fingerprint",
+            "trace",
+            "span",
+            "id",
+        ]
+        .iter()
+        .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
+            || before.strip_suffix(':').is_some_and(|k| {
+                let k = k.trim_matches(['"', '\'']);
+                (k.len() > 2 && id_name(k)) || NOT_SECRET_TOKEN_NAMES.named(k)
+            })
+            || ticket_after_noun(before, core)
+            || (generated_k8s_name(core.trim_matches('"'))
+                && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
+                    .iter()
+                    .any(|n| before.eq_ignore_ascii_case(n)));
         let said = if pw_window > 0 && !named_object {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
@@ -9590,5 +9641,27 @@ mod tests {
         ]);
         // A seed in capitals is no PascalCase name.
         masks_each(&[("break-glass account: TOTP seed WPNQDG26QA5NSKMN", "WPNQDG26QA5NSKMN")]);
+    }
+
+    #[test]
+    fn a_hosts_port_a_time_a_type_a_generated_name_an_example_and_a_findings_hash_are_left() {
+        leaves_each(&[
+            "    basic_auth:\n      username: prometheus\n      password_file: /etc/prometheus/secrets/ledger-pass\n    static_configs:\n      - targets: ['bastion-eu:9100']",
+            "pub struct DbSettings {\n    pub username: String,\n    pub password: SecretString,\n}",
+            "$ temporal workflow describe -w session-store-63a98257-27b6-49c2-962c-d8a00a7ef38b",
+            "- Never send passwords over chat\n- Example of a bad password: \"password1\" (do not use)",
+            "{\"type\": \"Secret Keyword\",\n \"hashed_secret\": \"ce88547039992d7e60b3a5139fc2c15016e0526d\",\n \"is_verified\": false}",
+            "Private key: downloaded once, stored in KMS-backed secret, SHA256 a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a1b2",
+        ]);
+        // What those exceptions leave masked: a token's prefix before a UUID is no name, nor is
+        // an "example" app's password an example.
+        masks_each(&[
+            (
+                "curl -H \"Authorization: api-e67a436e-db3b-44ca-9967-620714e7a9cc\" https://app.launchdarkly.com",
+                "e67a436e-db3b",
+            ),
+            ("the example app password: Xy8#kLm2pQ9z", "Xy8#kLm2pQ9z"),
+            ("pub password: PurpleMonkey77,", "PurpleMonkey77"),
+        ]);
     }
 }
