@@ -6517,7 +6517,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // (To the command's end: an operator, or a word that ends with `;`; a dozen words at
             // most.)
             let mut args: Vec<&str> = Vec::new();
-            for w in line_words(rest, 256).take(12) {
+            for w in line_words(rest, 256).take(13) {
                 if w.starts_with(['>', '|', '&', ';', '<']) || w.starts_with("2>") {
                     break;
                 }
@@ -6530,7 +6530,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 .iter()
                 .any(|a| a.len() >= 2 && a.starts_with('-') && !a.starts_with("--") && a[1..].contains('b'));
             let positional = args.iter().filter(|a| !a.starts_with('-')).count();
-            if batch && positional >= 2 {
+            // (A command longer than that is not one whose last argument is known.)
+            if batch && positional >= 2 && args.len() <= 12 {
                 // (Each word is a slice of `rest`.)
                 htpasswd_pw = args
                     .last()
