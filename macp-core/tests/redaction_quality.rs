@@ -13,8 +13,8 @@
 //!   `redaction-twenty-third.jsonl`, `redaction-twenty-fourth.jsonl`,
 //!   `redaction-twenty-fifth.jsonl`, `redaction-twenty-sixth.jsonl`,
 //!   `redaction-twenty-seventh.jsonl`, `redaction-twenty-eighth.jsonl`,
-//!   `redaction-twenty-ninth.jsonl`, `redaction-thirtieth.jsonl` and
-//!   `redaction-thirty-first.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-twenty-ninth.jsonl`, `redaction-thirtieth.jsonl`, `redaction-thirty-first.jsonl`,
+//!   `redaction-thirty-second.jsonl` and `redaction-thirty-third.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -25,7 +25,8 @@
 //!   twenty-second's: 0.977, 1.00%; the twenty-third's: 0.977, 2.25%; the twenty-fourth's:
 //!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%; the twenty-sixth's: 0.966, 1.25%; the
 //!   twenty-seventh's: 0.949, 0.50%; the twenty-eighth's: 0.991, 0.25%; the twenty-ninth's:
-//!   0.994, 5.25%; the thirtieth's: 0.974, 0.75%; the thirty-first's: 0.980, 2.00%),
+//!   0.994, 5.25%; the thirtieth's: 0.974, 0.75%; the thirty-first's: 0.980, 2.00%; the
+//!   thirty-second's: 0.974, 2.25%; the thirty-third's: 0.977, 3.00%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -137,7 +138,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 31] = [
+const SETS: [(&str, &str); 33] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -169,6 +170,8 @@ const SETS: [(&str, &str); 31] = [
     ("twenty-ninth", include_str!("redaction-twenty-ninth.jsonl")),
     ("thirtieth", include_str!("redaction-thirtieth.jsonl")),
     ("thirty-first", include_str!("redaction-thirty-first.jsonl")),
+    ("thirty-second", include_str!("redaction-thirty-second.jsonl")),
+    ("thirty-third", include_str!("redaction-thirty-third.jsonl")),
 ];
 
 #[test]
@@ -268,10 +271,15 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// both first measured with the rules tuned on thirty-one sets (aaac28b), never tuned on: the
 /// thirty-second recall 0.9743 (341 of 350), false positives 2.25% (9 of 400); the
 /// thirty-third recall 0.9771 (342 of 350), false positives 3.00% (12 of 400); together 0.9757
-/// (683 of 700) and 2.63% (21 of 800).
+/// (683 of 700) and 2.63% (21 of 800); tuned on since (323482c, and e54749a and 4e31308 after a
+/// review), 0.9743 and 1.00%, 0.9771 and 0.50%, and development sets since. The thirty-fourth
+/// and the thirty-fifth, written side by side and both first measured with the final rules
+/// (4e31308), never tuned on: the thirty-fourth recall 0.9800 (343 of 350), false positives
+/// 1.50% (6 of 400); the thirty-fifth recall 0.9800 (343 of 350), false positives 2.75% (11 of
+/// 400); together 0.9800 (686 of 700) and 2.13% (17 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("thirty-second", include_str!("redaction-thirty-second.jsonl"), 0.97, 0.0225),
-    ("thirty-third", include_str!("redaction-thirty-third.jsonl"), 0.97, 0.03),
+    ("thirty-fourth", include_str!("redaction-thirty-fourth.jsonl"), 0.98, 0.015),
+    ("thirty-fifth", include_str!("redaction-thirty-fifth.jsonl"), 0.98, 0.0275),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
