@@ -6466,9 +6466,10 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // The default a program falls back to when a secret's variable is unset
         // (`os.environ.get("AZURE_DEVOPS_EXT_PAT", "3ii9…")`, `os.getenv('API_KEY', '…')`): the
         // next word, as after the secret's name.
-        if let Some(call) = ["environ.get(", "getenv(", "Getenv(", "ENV.fetch("]
-            .iter()
-            .find_map(|c| core.find(c).map(|i| i + c.len()))
+        if core.contains('(')
+            && let Some(call) = ["environ.get(", "getenv(", "Getenv(", "ENV.fetch("]
+                .iter()
+                .find_map(|c| core.find(c).map(|i| i + c.len()))
             && core.ends_with(',')
             && let Some(name) =
                 core[call..core.len() - 1].strip_prefix(['"', '\'']).and_then(|n| n.strip_suffix(['"', '\'']))
@@ -6950,33 +6951,24 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         // (Not what names a commit or a digest: "detected at commit 3a3cb3b…".)
         // Nor a ticket after its noun ("工单 OPS-2635"), nor a name Kubernetes generated after
         // its kind ("Secret resource \"reporting-tls-fndc4\"").
-        // Nor what a label names an id (`// trace: 91fa…`, `request_id: …`).
-        let named_object = [
-            "commit",
-            "sha",
-            "sha1",
-            "sha256",
-            "md5",
-            "revision",
-            "digest",
-            "hash",
-            "fingerprint",
-            "trace",
-            "span",
-            "id",
-        ]
-        .iter()
-        .any(|n| before.trim_end_matches(':').eq_ignore_ascii_case(n))
-            || before.strip_suffix(':').is_some_and(|k| {
-                let k = k.trim_matches(['"', '\'']);
-                (k.len() > 2 && id_name(k)) || NOT_SECRET_TOKEN_NAMES.named(k)
-            })
-            || ticket_after_noun(before, core)
-            || (generated_k8s_name(core.trim_matches('"'))
-                && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
-                    .iter()
-                    .any(|n| before.eq_ignore_ascii_case(n)));
-        let said = if pw_window > 0 && !named_object {
+        // Nor what a label names an id (`// trace: 91fa…`, `request_id: …`), nor a digest
+        // ([`digest_name`]: `sha256`, `fingerprint`, …).
+        // (Read only in a sentence about a secret: most words are in none.)
+        let named_object = || {
+            let label = before.trim_end_matches(':');
+            ["commit", "sha", "revision", "trace", "span", "id"].iter().any(|n| label.eq_ignore_ascii_case(n))
+                || (label.len() >= 3 && digest_name(label))
+                || before.strip_suffix(':').is_some_and(|k| {
+                    let k = k.trim_matches(['"', '\'']);
+                    (k.len() > 2 && id_name(k)) || NOT_SECRET_TOKEN_NAMES.named(k)
+                })
+                || ticket_after_noun(before, core)
+                || (generated_k8s_name(core.trim_matches('"'))
+                    && ["resource", "pod", "secret", "configmap", "replicaset", "job"]
+                        .iter()
+                        .any(|n| before.eq_ignore_ascii_case(n)))
+        };
+        let said = if pw_window > 0 && !named_object() {
             // Where the sentence states it, anything that is not a word, a time, a path or a
             // host (`sierra-falcon-pixel-985`); elsewhere in it, what looks strongly like one.
             let at_value = stated || pre.ends_with(['"', '\'', '`']);
@@ -6997,7 +6989,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             })
         } else if login_window > 0 {
             stated_secret(core, password_like)
-        } else if product_key > 0 && !named_object {
+        } else if product_key > 0 && !named_object() {
             // (Not hex: a release's or a distribution's key is named by its fingerprint.)
             stated_secret(core, |w| (w.len() >= 16 && strong_credential(w)) || key_material(w))
         } else {
@@ -7009,7 +7001,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         let said = said.or_else(|| {
             // (Not a field's value, `"id": …`, nor an id's.)
             (env_named > 0
-                && !named_object
+                && !named_object()
                 && !before.ends_with(['"', '\'', '`'])
                 && !before.ends_with("\":")
                 && !before.strip_suffix(':').is_some_and(id_name)
