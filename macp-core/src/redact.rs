@@ -1356,13 +1356,27 @@ fn dotted_name(w: &str) -> bool {
         && w.split('.').any(|p| p.len() >= 3 && p.chars().all(|c| c.is_ascii_lowercase()))
 }
 
-/// Words run together in camel case (`GetSecretValueRequest`, `defaultCredentialsProvider`):
-/// a name in code, where a random string has runs of capitals or ends on one.
+/// Words run together in camel case (`GetSecretValueRequest`, `defaultCredentialsProvider`),
+/// an acronym among them (`ReadIRBucket`, `parseHTTPResponse`): a name in code, where a random
+/// string has runs of capitals that start no word, short runs of lower case, or ends on a capital.
 fn camel_words(w: &str) -> bool {
     let b = w.as_bytes();
-    b.iter().all(u8::is_ascii_alphabetic)
-        && b.windows(2).all(|p| !(p[0].is_ascii_uppercase() && p[1].is_ascii_uppercase()))
-        && b.last().is_some_and(u8::is_ascii_lowercase)
+    if !b.iter().all(u8::is_ascii_alphabetic) || !b.last().is_some_and(u8::is_ascii_lowercase) {
+        return false;
+    }
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let upper = b[i..].iter().take_while(|c| c.is_ascii_uppercase()).count();
+        i += upper;
+        let lower = b[i..].iter().take_while(|c| c.is_ascii_lowercase()).count();
+        i += lower;
+        runs.push((upper, lower));
+    }
+    // An acronym of two to four capitals, then a word (its last capital starts the word); with
+    // one, every word after a capital has three letters or more (`iZiCiEFfaLmj` is no name).
+    !runs.iter().any(|&(upper, _)| upper >= 2)
+        || runs.iter().all(|&(upper, lower)| upper <= 5 && (upper == 0 || lower >= 3))
 }
 
 /// A password as people choose them: eight characters or more, letters with digits or both
@@ -1898,13 +1912,27 @@ fn call(w: &str) -> bool {
             .find(')')
             .and_then(|c| args[c + 1..].chars().next())
             .is_some_and(|c| c.is_ascii_alphanumeric());
-        // No argument starts with `=`, `%` or `^` (Django's `'hw(=2n1…'` is a key).
+        // No argument starts with `=`, `%` or `^` (Django's `'hw(=2n1…'` is a key), and no
+        // Django key is a call however its brackets fall.
         !f.is_empty()
+            && !django_key(w)
             && !random
             && !runs_on
             && !args.starts_with(['=', '%', '^', '~'])
             && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == ':')
     })
+}
+
+/// A key Django generated (`get_random_secret_key()`): fifty characters of lower-case letters,
+/// digits and `!@#$%^&*(-_=+)`, symbols and digits among them, maybe after `django-insecure-`.
+fn django_key(w: &str) -> bool {
+    let k = w.strip_prefix("django-insecure-").unwrap_or(w);
+    let symbols = k.bytes().filter(|b| b"!@#$%^&*(=+)".contains(b)).count();
+    k.len() == 50
+        && k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"!@#$%^&*(-_=+)".contains(&b))
+        && symbols >= 3
+        && k.bytes().filter(u8::is_ascii_digit).count() >= 3
+        && k.bytes().filter(u8::is_ascii_lowercase).count() >= 15
 }
 
 /// Code that names where a secret comes from (`process.env.API_KEY`, `data.x.secret_string`,
@@ -2219,13 +2247,20 @@ fn shape(word: &str) -> Option<&'static str> {
     {
         return Some("jwt");
     }
-    // A Discord bot token: three base64url parts, the first the bot's id.
+    // A Discord bot token: three base64url parts, the first the bot's id (base64 of its
+    // digits, `M…`, `N…`, `O…`; written by hand or by older clients any random run of both
+    // cases and a digit), the second six characters, the third an HMAC.
+    let random = |p: &str| {
+        p.bytes().any(|b| b.is_ascii_uppercase())
+            && p.bytes().any(|b| b.is_ascii_lowercase())
+            && p.bytes().any(|b| b.is_ascii_digit())
+    };
     if parts.len() == 3
-        && parts[0].len() >= 24
+        && (parts[0].len() >= 24 && parts[0].starts_with(['M', 'N', 'O'])
+            || parts[0].len() >= 18 && random(parts[0]))
         && parts[1].len() == 6
         && parts[2].len() >= 27
         && parts.iter().all(|p| b64(p))
-        && parts[0].starts_with(['M', 'N', 'O'])
     {
         return Some("api-key");
     }
@@ -2641,6 +2676,7 @@ fn key_material(v: &str) -> bool {
         // encrypted secret.
         && !v.starts_with("H4sI")
         && !ciphertext(v)
+        && !public_pem_encoded(v)
 }
 
 /// `name("literal"…` (`Buffer.from("x6bb…", "base64")`): where the literal starts, and it.
@@ -3013,6 +3049,9 @@ fn secret_value(v: &str, weak: bool) -> bool {
     if ports || twilio_sid(v) || shell_prompt(v) || windows_sid || rule_id {
         return false;
     }
+    if version(v) || algorithm(v) || closing_number(v) || key_path(v) {
+        return false;
+    }
     // A versioned digest (`v2:5d0e3b…`, a cache key's `auth:v2:…`) names an entry.
     let versioned_digest = v.split_once(':').is_some_and(|(ver, d)| {
         ver.len() >= 2
@@ -3039,6 +3078,150 @@ fn secret_value(v: &str, weak: bool) -> bool {
     let word = letters && v.len() <= 12 && v.chars().skip(1).all(|c| c.is_ascii_lowercase());
     let number = v.chars().all(|c| c.is_ascii_digit());
     !word && !number && !clock_time(v)
+}
+
+/// A version (`4.1.16`, `v2.3.0`, `=9.14.15` after `google-auth=`, a pin's `==`): what a
+/// package or a key is at, never a secret. (An address, `10.0.0.1`, is this shape and no
+/// secret either.)
+fn version(v: &str) -> bool {
+    // (Two parts only after a `v` or an `=`: `2024.1105` alone is a password people choose.)
+    let marked = v.starts_with(['=', 'v', 'V']);
+    let v = v.trim_start_matches('=');
+    let v = v.strip_prefix(['v', 'V']).unwrap_or(v);
+    let parts = v.split('.').count();
+    (if marked { 2..=4 } else { 3..=4 }).contains(&parts)
+        && v.split('.').all(|p| (1..=4).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// An algorithm's name (`RSA/SHA256` in `rpm -qi`'s `Signature :`, `HMAC-SHA256`,
+/// `AES/GCM/NoPadding`, `HS256`): how a secret is used, not the secret.
+fn algorithm(v: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "rsa",
+        "dsa",
+        "ecdsa",
+        "ed25519",
+        "ed448",
+        "eddsa",
+        "x25519",
+        "sha1",
+        "sha224",
+        "sha256",
+        "sha384",
+        "sha512",
+        "sha3",
+        "md5",
+        "hmac",
+        "aes",
+        "gcm",
+        "cbc",
+        "ctr",
+        "ecb",
+        "pss",
+        "oaep",
+        "pkcs1",
+        "pkcs5padding",
+        "pkcs7",
+        "nopadding",
+        "chacha20",
+        "poly1305",
+        "hs256",
+        "hs384",
+        "hs512",
+        "rs256",
+        "rs384",
+        "rs512",
+        "es256",
+        "es384",
+        "es512",
+        "ps256",
+        "ps384",
+        "ps512",
+        "128",
+        "192",
+        "256",
+        "512",
+    ];
+    v.split(['/', '-', '_', '+']).all(|p| NAMES.iter().any(|n| p.eq_ignore_ascii_case(n)))
+        && v.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
+/// A number, or `true`/`false`/`null`, closing the structure it is in (`{token: 0})`, a
+/// query's projection; `[password: 1]`): a flag about the secret's field, not its value.
+fn closing_number(v: &str) -> bool {
+    let Some(at) = v.find(['}', ')', ']']) else {
+        return false;
+    };
+    let head = &v[..at];
+    // (Closed for good: what follows the brackets leads on, `.limit(2)`, or is nothing; a
+    // password runs on, `1234)abcd`.)
+    let after = v[at..].trim_start_matches(['}', ')', ']']);
+    ((!head.is_empty() && head.bytes().all(|b| b.is_ascii_digit()))
+        || ["true", "false", "null"].iter().any(|w| head.eq_ignore_ascii_case(w)))
+        && !after.starts_with(|c: char| c.is_alphanumeric())
+}
+
+/// A key's path under a secret's name (`session:3761f607…:meta` in Redis' MONITOR, a cache's
+/// `token:42:ttl`): an id, then a field's name in lower case; a credential ends on its random part.
+fn key_path(v: &str) -> bool {
+    let mut parts = v.split(':');
+    let first = parts.next().unwrap_or("");
+    let last = v.rsplit(':').next().unwrap_or("");
+    v.contains(':')
+        && first.len() >= 2
+        && first.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+        && (3..=16).contains(&last.len())
+        && last.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+        && v.split(':').all(|p| {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        })
+}
+
+/// A line that ends on a scheme's literal joined to what comes next (`"Basic " +`, `'Bearer ' +`).
+fn concatenated_scheme(line: &str) -> bool {
+    line.trim_end().strip_suffix('+').is_some_and(|l| {
+        let l = l.trim_end().trim_end_matches(['"', '\'']).to_ascii_lowercase();
+        ["basic ", "bearer ", "token "].iter().any(|s| l.ends_with(s))
+    })
+}
+
+/// A format's directive where a value goes (`%s`, `%v`, `%(password)s`, Windows' `%DB_PASS%`): a
+/// password may start with `%` (`%G3RB83-5qBr…`), a directive is short or closed.
+fn format_directive(v: &str) -> bool {
+    v.strip_prefix('%').is_some_and(|d| d.len() <= 2 || d.starts_with('(') || d.ends_with('%'))
+}
+
+/// The value of a key whose parent says it is encrypted (`encryptedData:` in a SealedSecret,
+/// Renovate's `"encrypted": {`, `encrypted_secrets:`): ciphertext made to be committed, whatever
+/// the key inside is named. The parent is the nearest line above indented less than this one.
+fn under_encrypted_parent(out: &str) -> bool {
+    let text = tail(out, 4096);
+    let mut lines = text.rsplit('\n');
+    let line = lines.next().unwrap_or("");
+    let indent = line.len() - line.trim_start().len();
+    if indent == 0 {
+        return false;
+    }
+    for above in lines.take(64) {
+        let t = above.trim_start();
+        if t.is_empty() {
+            continue;
+        }
+        if above.len() - t.len() < indent {
+            let key = t.split(':').next().unwrap_or("").trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            let k = key.to_ascii_lowercase();
+            return (k.starts_with("encrypted") || k.starts_with("sealed") || k == "ciphertext")
+                && t.trim_end().ends_with([':', '{', '|']);
+        }
+    }
+    false
+}
+
+/// Base64 of a certificate or a public key in PEM (a kubeconfig's `certificate-authority-data`,
+/// GKE's `clusterCaCertificate`): published, unlike a private key's (`LS0tLS1CRUdJTiBSU0Eg…`).
+fn public_pem_encoded(v: &str) -> bool {
+    // `-----BEGIN CERTIFICATE` (a request's too) and `-----BEGIN PUBLIC KEY`.
+    ["LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS", "LS0tLS1CRUdJTiBQVUJMSUMgS0VZ"].iter().any(|p| v.starts_with(p))
 }
 
 /// A value SOPS encrypted (`ENC[AES256_GCM,data:…,iv:…,tag:…,type:str]`): ciphertext whose
@@ -3639,7 +3822,8 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             ctx.mask_on("secret", bare)
         } else if (key_material_name(key)
             && (key_material(bare)
-                || (named(key.trim_matches(['"', '\'']), &["material"]) && long_hex(bare))))
+                || (named(key.trim_matches(['"', '\'']), &["material"]) && long_hex(bare))
+                || (cipher_key_hex(bare) && cipher_key_name(key))))
             || (access_token_name(key) && random_value(bare) && bare.len() >= 20)
         {
             ctx.mask_on("secret", bare)
@@ -3689,7 +3873,8 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
             && !user.is_empty()
             && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
             && at > 0
-            && !after_user[..at].starts_with(['$', '%', '<', '{'])
+            && !after_user[..at].starts_with(['$', '<', '{'])
+            && !format_directive(&after_user[..at])
             && !placeholder(&after_user[..at])
         {
             // A Go DSN under any key (`dsn="root:…@tcp(db:3306)/orders"`): its password.
@@ -4131,6 +4316,29 @@ fn long_hex(w: &str) -> bool {
 /// where the text names a cipher (a `key:` holding hex is as often a digest or a cache's key).
 fn cipher_key_hex(w: &str) -> bool {
     matches!(w.len(), 32 | 48 | 64) && long_hex(w)
+}
+
+/// A key's name that says it encrypts or signs (`app.crypto.data-key`, `masterKey`,
+/// `AES_KEY`): hex of a cipher's key length under it is the key, not a digest or a cache's key.
+fn cipher_key_name(key: &str) -> bool {
+    key_words(key.trim_matches(['"', '\''])).any(|w| {
+        [
+            "data",
+            "master",
+            "encryption",
+            "enc",
+            "aes",
+            "cipher",
+            "crypto",
+            "dek",
+            "kek",
+            "wrapping",
+            "signing",
+            "hmac",
+        ]
+        .iter()
+        .any(|n| w.eq_ignore_ascii_case(n))
+    })
 }
 
 /// The text names a cipher or encryption (`algorithm: aes-256-gcm`, `[storage.encryption]`).
@@ -4735,10 +4943,26 @@ fn reveals_secret(cmd: &str) -> bool {
             | "infisical"
             | "chamber"
     );
-    let named = ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd", "cookie"]
-        .iter()
-        .any(|t| l.contains(t));
+    // (Not a field of a public thing, `masterAuth.clusterCaCertificate`, nor a flag that names
+    // a key by its id or name, `--kms-key-id`, `--key-name`, nor S3's object `--key`.)
+    let named = l.split([' ', ',', '(', ')', '=', '\'', '"']).filter(|w| !public_field(w, first)).any(|w| {
+        ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd", "cookie"]
+            .iter()
+            .any(|t| w.contains(t))
+    });
     decodes || makes || (reader && named) || reads_secret_file(cmd)
+}
+
+/// A word of a command (lower case) that names something public near a secret: a certificate's
+/// or a public key's field (`masterauth.clustercacertificate`), a flag naming a key by its id,
+/// name or ARN (`--kms-key-id`), or an object's key in `aws s3api` (`--key`).
+fn public_field(w: &str, first: &str) -> bool {
+    let last = w.rsplit(['.', '/', ':']).next().unwrap_or(w);
+    ["certificate", "cert", "fingerprint", "publickey", "public_key", "public-key"]
+        .iter()
+        .any(|e| last.ends_with(e))
+        || (w.starts_with("--") && ["-id", "-name", "-arn"].iter().any(|e| w.ends_with(e)))
+        || (w == "--key" && first == "aws")
 }
 
 /// A command that prints a file named for a secret (`cat ~/.vault_pass.txt`, `sudo cat
@@ -5851,7 +6075,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         match std::mem::take(&mut material) {
-            1 if key_material(core) || (cipher_key_hex(core) && names_a_cipher(self::tail(&out, 256))) => {
+            1 if (key_material(core) || (cipher_key_hex(core) && names_a_cipher(self::tail(&out, 256))))
+                && !under_encrypted_parent(&out) =>
+            {
                 out.push_str(pre);
                 out.push_str(&ctx.mask("secret", core));
                 out.push_str(post);
@@ -5925,6 +6151,21 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
             bare_key = None;
             out.push_str(raw);
+            continue;
+        }
+        // `"Basic " + "deploy-bot:11c9…"` (Groovy, Java, JavaScript): a scheme's literal and the
+        // credential joined to it; the login before a `:` stays.
+        if let Some(q) = raw.chars().next().filter(|c| matches!(c, '"' | '\''))
+            && let Some(close) = raw[1..].find(q).map(|i| i + 1)
+            && concatenated_scheme(line_behind(&out))
+            && let lit = &raw[1..close]
+            && let cred = lit.split_once(':').map_or(lit, |(_, c)| c)
+            && cred.len() >= 8
+            && credential_like(cred)
+        {
+            out.push_str(&raw[..close - cred.len()]);
+            out.push_str(&ctx.mask("secret", cred));
+            out.push_str(&raw[close..]);
             continue;
         }
         // `Authorization: Basic …`: the scheme stays, the credential after it goes. A scheme is
@@ -6220,7 +6461,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let key_id = before2.eq_ignore_ascii_case("signingkey")
                 && matches!(bare.len(), 8 | 16 | 40)
                 && bare.bytes().all(|b| b.is_ascii_hexdigit());
-            let sealed = bare.starts_with("Ag") && sealed_doc;
+            let sealed =
+                (bare.starts_with("Ag") && sealed_doc) || (bare.len() >= 24 && under_encrypted_parent(&out));
             // A generated name (`session-store-63a9…-d8a00a7ef38b`, a workflow's id) ends with a
             // UUID; a field's type (`pub password: SecretString,`) names one; an example is
             // given as one ("Example of a bad password: \"password1\"").
@@ -9750,5 +9992,75 @@ mod tests {
         // redaction_quality harness and BENCHMARKS.md time the redactor, not this test).
         let long = "htpasswd -b ".repeat(2_000);
         assert_eq!(redact_secrets(&long), long);
+    }
+
+    #[test]
+    fn versions_algorithms_closing_numbers_and_key_paths_under_a_secrets_name_are_not_secrets() {
+        leaves_each(&[
+            "cryptography==42.0.5\ngoogle-auth==2.29.0\nrequests==2.31.0",
+            "Signature   : RSA/SHA256, Sun 06 Oct 2024 04:20:37 PM UTC, Key ID b1339da438888cc6",
+            "db.sessions.find({userId: 1}, {token: 0}).limit(2)",
+            "1734669407.805335 [0 10.253.139.87:39961] \"GET\" \"session:3761f60788659b150360cf9527009348:meta\"",
+            "{\n  \"Statement\": [{\n    \"Sid\": \"ReadIRBucket\",\n    \"Effect\": \"Allow\"\n  }]\n}",
+        ]);
+        // A capital run that starts no word, a password's, is not an acronym.
+        masks_each(&[
+            ("$ sqlplus system/iZiCiEFfaLmj@//db-primary-01:1521/ORCLPDB1", "iZiCiEFfaLmj"),
+            ("sid: kQwERtyXuVbNm", "kQwERtyXuVbNm"),
+            ("password: 1234)abcd", "1234)abcd"),
+            // DeepL's key is a UUID and `:fx`, two letters: no field's name.
+            ("Authorization: DeepL-Auth-Key b57470e3-b39c-44b4-a5b7-a69f1e5023c8:fx", "b57470e3-b39c"),
+        ]);
+    }
+
+    #[test]
+    fn ciphertext_under_an_encrypted_parent_and_encoded_certificates_are_not_secrets() {
+        leaves_each(&[
+            "kind: SealedSecret\nspec:\n  encryptedData:\n    API_KEY: BB+Qn2td0YRhoe7s7V7bfF0JDnuGTol2Dns3rbXQffMJHkFprYiT+ZePnYHe8x0HlCejwwIEwy4msrxUyF4mcm",
+            "  \"hostRules\": [{\n      \"encrypted\": {\n        \"token\": \"wcFMAjJsq8yT/57OCStXCz/thB+8s4uIh6NRbyDdhkJbfNAvLCm8+hrx4ml3LfM9LAaR5Ot5EAyrQLGG\"\n      }\n  }]",
+            "$ gcloud container clusters describe prod --format='yaml(endpoint,masterAuth.clusterCaCertificate)'\nendpoint: 18.239.251.56\nmasterAuth:\n  clusterCaCertificate: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tQbFdTVkpo3yaUj8d1UBClSnG/IYS+A6zSBDU9JtOPiqfTO9ohjfzp9m7i9Z=",
+            "$ aws s3api head-object --bucket rel --key notifier/latest.tar.gz --query ETag\n\"\\\"2490fdeaa97bb2bb3e73ede2b5589eaf-24\\\"\"",
+        ]);
+        // The same key under a parent that is not encrypted, or a private key's PEM in base64.
+        masks_each(&[
+            (
+                "spec:\n  data:\n    API_KEY: BB+Qn2td0YRhoe7s7V7bfF0JDnuGTol2Dns3rbXQffMJHkFprYiT+ZePnYHe8x0HlCejwwIEwy4msrxUyF4mcm",
+                "BB+Qn2td0YRhoe7s",
+            ),
+            (
+                "users:\n- name: admin\n  user:\n    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFcEFJQkFBS0NBUUVBdzNxR2tL",
+                "LS0tLS1CRUdJTiBSU0Eg",
+            ),
+        ]);
+    }
+
+    #[test]
+    fn discord_django_go_dsn_concatenated_basic_and_cipher_named_hex_keys_are_masked() {
+        masks_each(&[
+            (
+                "bot.run('morztVqvQ3aZkqSqBRmjH6zXed.cV_mvs._1ItvhrpHFcLdiZMxFbN1oGMZW-bg_9D1eQniq')",
+                "morztVqvQ3aZkq",
+            ),
+            ("SECRET_KEY = 'i(gqsn7(=ti(bxnu3_42j4t5tc6^c5=r=5swmw6k#o#7#!h7q8'", "gqsn7(=ti(bxnu3"),
+            (
+                "dsn=\"svc_ledger:%G3RB83-5qBrPuf8a561qzsNs@tcp(10.142.8.243:3306)/ledger\"",
+                "G3RB83-5qBrPuf8a561",
+            ),
+            (
+                "value: \"Basic \" + \"ci-bot:11a3373778bab8ae434eac160e3c14da53\".bytes.encodeBase64()",
+                "11a3373778bab8",
+            ),
+            (
+                "app.crypto.data-key=6c03546d13888d950732fe9ced9ebb2e0c53f4cd19bc819231aeba1a4f76e7b7",
+                "6c03546d13888d95",
+            ),
+        ]);
+        leaves_each(&[
+            "dsn := \"root:%v@tcp(db)/x\"",
+            "fmt.Sprintf(\"%s:%s@tcp(%s)/db\", u, p, h)",
+            "cache_key=6c03546d13888d950732fe9ced9ebb2e0c53f4cd19bc819231aeba1a4f76e7b7",
+            "log.info(\"Basic \" + \"auth enabled\")",
+            "com.example.widgets.v2 is the package",
+        ]);
     }
 }
