@@ -14,7 +14,8 @@
 //!   `redaction-twenty-fifth.jsonl`, `redaction-twenty-sixth.jsonl`,
 //!   `redaction-twenty-seventh.jsonl`, `redaction-twenty-eighth.jsonl`,
 //!   `redaction-twenty-ninth.jsonl`, `redaction-thirtieth.jsonl`, `redaction-thirty-first.jsonl`,
-//!   `redaction-thirty-second.jsonl` and `redaction-thirty-third.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-thirty-second.jsonl`, `redaction-thirty-third.jsonl`,
+//!   `redaction-thirty-fourth.jsonl` and `redaction-thirty-fifth.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -26,7 +27,8 @@
 //!   0.980, 0.25%; the twenty-fifth's: 0.974, 0.25%; the twenty-sixth's: 0.966, 1.25%; the
 //!   twenty-seventh's: 0.949, 0.50%; the twenty-eighth's: 0.991, 0.25%; the twenty-ninth's:
 //!   0.994, 5.25%; the thirtieth's: 0.974, 0.75%; the thirty-first's: 0.980, 2.00%; the
-//!   thirty-second's: 0.974, 2.25%; the thirty-third's: 0.977, 3.00%),
+//!   thirty-second's: 0.974, 2.25%; the thirty-third's: 0.977, 3.00%; the thirty-fourth's:
+//!   0.980, 1.50%; the thirty-fifth's: 0.980, 2.75%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -138,7 +140,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 33] = [
+const SETS: [(&str, &str); 35] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -172,6 +174,8 @@ const SETS: [(&str, &str); 33] = [
     ("thirty-first", include_str!("redaction-thirty-first.jsonl")),
     ("thirty-second", include_str!("redaction-thirty-second.jsonl")),
     ("thirty-third", include_str!("redaction-thirty-third.jsonl")),
+    ("thirty-fourth", include_str!("redaction-thirty-fourth.jsonl")),
+    ("thirty-fifth", include_str!("redaction-thirty-fifth.jsonl")),
 ];
 
 #[test]
@@ -276,10 +280,16 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// and the thirty-fifth, written side by side and both first measured with the final rules
 /// (4e31308), never tuned on: the thirty-fourth recall 0.9800 (343 of 350), false positives
 /// 1.50% (6 of 400); the thirty-fifth recall 0.9800 (343 of 350), false positives 2.75% (11 of
-/// 400); together 0.9800 (686 of 700) and 2.13% (17 of 800).
+/// 400); together 0.9800 (686 of 700) and 2.13% (17 of 800); tuned on since (00d769e: rules
+/// for kinds of value a secret's name holds that are no secret, not for the instances), 0.9914
+/// and 0.00%, 0.9943 and 0.00%, and development sets since. The thirty-sixth and the
+/// thirty-seventh, written side by side and both first measured with those rules (00d769e),
+/// never tuned on: the thirty-sixth recall 0.9771 (342 of 350), false positives 0.50% (2 of
+/// 400); the thirty-seventh recall 0.9657 (338 of 350), false positives 0.25% (1 of 400);
+/// together 0.9714 (680 of 700) and 0.38% (3 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("thirty-fourth", include_str!("redaction-thirty-fourth.jsonl"), 0.98, 0.015),
-    ("thirty-fifth", include_str!("redaction-thirty-fifth.jsonl"), 0.98, 0.0275),
+    ("thirty-sixth", include_str!("redaction-thirty-sixth.jsonl"), 0.977, 0.005),
+    ("thirty-seventh", include_str!("redaction-thirty-seventh.jsonl"), 0.965, 0.0025),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
