@@ -1166,6 +1166,15 @@ fn is_secret_key(key: &str) -> bool {
     } else {
         k
     };
+    // A dotted name's last two parts (`sauce.access.key`, `dd.api.key`) name what they would
+    // joined by `_`.
+    if let Some((head, last)) = k.rsplit_once('.')
+        && matches!(last, "key" | "token" | "secret" | "KEY" | "TOKEN" | "SECRET")
+        && let Some(owner) = head.rsplit('.').next().filter(|o| !o.is_empty() && o.len() < 24)
+        && is_secret_key(&format!("{owner}_{last}"))
+    {
+        return true;
+    }
     // SECRET_KEYS holds the English names of passwords; other languages' are looked for after.
     // A key written in an encoding (`key_hex`, `KEY_B64`) is a key's bytes, not an id.
     !k.is_empty()
@@ -1173,7 +1182,9 @@ fn is_secret_key(key: &str) -> bool {
             || (k.len() < unencoded.len() && key_material_name(k) && !id_name(k))
             || PASSWORD_NAMES.named(k)
             || (!k.is_ascii() && cjk_password(k))
-            || leading_password_name(k))
+            || leading_password_name(k)
+            // (`şifresi:`, `hasła:`, `lösenordet:` as a key, as well as in a sentence.)
+            || inflected_password(k))
         && !NOT_SECRET_TOKEN_NAMES.named(k)
 }
 
@@ -1348,7 +1359,15 @@ fn date(w: &str) -> bool {
 /// A dotted name in lower case (`orders.v2.created`, `com.acme.app2`): a topic, a host, a
 /// package; short parts, one of them a word (a token's parts are long and random).
 fn dotted_name(w: &str) -> bool {
-    w.contains('.')
+    // Words then a number (`lemon.winter.434`, `ninja.harbor.486`): a passphrase as
+    // generators make them; no host, topic or package ends on a number of its own.
+    let passphrase = w.rsplit_once('.').is_some_and(|(words, n)| {
+        n.len() >= 2
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && words.split('.').all(|p| p.len() >= 3 && p.bytes().all(|b| b.is_ascii_lowercase()))
+    });
+    !passphrase
+        && w.contains('.')
         && w.split('.').all(|p| {
             (1..=16).contains(&p.len())
                 && p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -1535,6 +1554,8 @@ fn strong_credential(w: &str) -> bool {
         // last.
         && !camel_words(w.trim_start_matches(|c: char| c.is_ascii_digit()))
         && !product_name(w)
+        // A Twilio resource's id (`AC…`, the account's SID): named in every console and log.
+        && !twilio_sid(w)
 }
 
 /// Capitalised words around a short number (`Redis2Go`, `Win10Pro`): a product's name, where
@@ -1597,6 +1618,13 @@ fn placeholder(w: &str) -> bool {
         || w.contains("***")
         || w.contains("/secrets/")
         || is(&["yes", "no", "sensitive", "filtered", "hidden", "omitted"])
+        // A stand-in in brackets (`(hidden)`, `(masked)`, `(not set`, as a word was cut).
+        || (w.starts_with('(') && {
+            let inner = w.trim_start_matches('(').trim_end_matches(')');
+            ["hidden", "masked", "redacted", "omitted", "filtered", "sensitive", "removed", "secret", "not set", "unset"]
+                .iter()
+                .any(|x| inner.eq_ignore_ascii_case(x))
+        })
         // "None" in Chinese, Japanese, Korean and Russian (`密码: 无`).
         || (!w.is_ascii() && ["无", "無", "なし", "無し", "없음", "нет", "Нет"].contains(&w))
         || ["op://", "vault:", "ssm:", "arn:", "secretsmanager:", "file:", "@microsoft.keyvault("]
@@ -1887,6 +1915,12 @@ fn public(w: &str) -> bool {
         // shown on its public settings page and sent in every authorize URL.
         || (w.len() == 20 && w.starts_with("Iv1.") && w[4..].bytes().all(|b| b.is_ascii_hexdigit()))
         || (w.len() == 20 && w.starts_with("Iv23") && w[4..].bytes().all(|b| b.is_ascii_alphanumeric()))
+        // An IPFS content id (`Qm…`, base58 of a SHA-256; `bafy…` in base32): a hash of public
+        // content, by which anyone fetches it.
+        || (w.len() == 46 && w.starts_with("Qm") && base58_decode(w).is_some())
+        || (w.len() >= 59
+            && w.starts_with("bafy")
+            && w.bytes().all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b)))
 }
 
 /// A secret encrypted for storage, which only its key opens (a Sealed Secret's
@@ -2238,6 +2272,9 @@ fn shape(word: &str) -> Option<&'static str> {
     if (word.starts_with("FwoGZXIvYXdz") || word.starts_with("IQoJb3JpZ2lu")) && word.len() >= 100 {
         return Some("aws-session-token");
     }
+    if der_private_key(word) {
+        return Some("private-key");
+    }
     if word.bytes().filter(|b| *b == b'.').count() != 2 {
         return aws_secret(word);
     }
@@ -2267,6 +2304,29 @@ fn shape(word: &str) -> Option<&'static str> {
     aws_secret(word)
 }
 
+/// A private key's DER in base64 with its PEM lines stripped (`MHcCAQEEI…` on one line): the
+/// structures open the same way whatever the key (SEC1 EC, PKCS#1 RSA, PKCS#8), unlike a
+/// certificate's or a public key's.
+fn der_private_key(w: &str) -> bool {
+    const OPEN: &[&str] = &[
+        // SEC1 EC keys: P-256, P-384, P-521.
+        "MHcCAQEE",
+        "MIGkAgEBBD",
+        "MIHcAgEBBE",
+        // PKCS#8: EC P-256, Ed25519 and X25519.
+        "MIGHAgEAMBMGByqGSM49",
+        "MC4CAQAwBQYDK2Vw",
+        "MC4CAQAwBQYDK2Vu",
+    ];
+    // PKCS#1 RSA (`MIIEpAIBAAKCAQEA…`) and PKCS#8 RSA (`MIIEvQIBADANBgkqhkiG9w0BAQEFAASC…`):
+    // four characters of length, then the version and the modulus or the algorithm.
+    const RSA: &[&str] = &["IBAAKCAQEA", "IBAAKCAgEA", "IBAAKCAYEA", "IBADANBgkqhkiG9w0BAQEFAASC"];
+    w.len() >= 64
+        && w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+        && (OPEN.iter().any(|p| w.starts_with(p))
+            || (w.starts_with("MII") && w.get(6..).is_some_and(|r| RSA.iter().any(|p| r.starts_with(p)))))
+}
+
 /// Vendors' tokens that announce themselves by a prefix: the prefix, the shortest whole token,
 /// and whether the rest may hold `_` and `-` (a short prefix followed by letters and digits
 /// only, `hf_…`, would otherwise take in identifiers such as `hf_hub_cache`).
@@ -2283,6 +2343,9 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     ("PMAK-", 40, true),     // Postman
     ("lin_api_", 40, false), // Linear
     ("ntn_", 40, false),     // Notion
+    // Facebook's (Meta's) user and page access tokens; Dropbox's short-lived ones.
+    ("EAA", 100, false),
+    ("sl.", 130, true),
     ("secret_", 50, false),
     ("ops_", 50, true),    // 1Password service accounts
     ("pul-", 44, false),   // Pulumi
@@ -2658,8 +2721,16 @@ fn key_material_name(key: &str) -> bool {
 /// with both cases and a digit. Not hex: under a name that only ends with `key` that is as
 /// often a digest or an id (`dedup_key`, `cache_key`).
 fn key_material(v: &str) -> bool {
-    // URL-safe base64 when padded (a Fernet key, `…y_kHE=`): unpadded, `-` and `_` make names.
-    let url_safe = v.ends_with('=');
+    // URL-safe base64 when padded (a Fernet key, `…y_kHE=`): unpadded, `-` and `_` make names,
+    // unless a part between them is twenty random characters or more (`TIfgyfE-5oKRTZ9Bwi…`).
+    let url_safe = v.ends_with('=')
+        || v.split(['-', '_']).any(|p| {
+            p.len() >= 20
+                && p.bytes().all(|b| b.is_ascii_alphanumeric())
+                && p.bytes().any(|b| b.is_ascii_uppercase())
+                && p.bytes().any(|b| b.is_ascii_lowercase())
+                && p.bytes().any(|b| b.is_ascii_digit())
+        });
     v.len() >= 22
         && v.bytes().all(|b| {
             b.is_ascii_alphanumeric()
@@ -2677,6 +2748,8 @@ fn key_material(v: &str) -> bool {
         && !v.starts_with("H4sI")
         && !ciphertext(v)
         && !public_pem_encoded(v)
+        // (A publishable key, `pk_live_…`, is random and published.)
+        && !public(v)
 }
 
 /// `name("literal"…` (`Buffer.from("x6bb…", "base64")`): where the literal starts, and it.
@@ -4651,6 +4724,9 @@ const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     ("FTP", 2, false),
     ("FTP_TLS", 2, false),
     ("login", 1, false),
+    // pyotp's `TOTP("JBSWY3DP…")`, `HOTP(…)`: the seed.
+    ("TOTP", 0, false),
+    ("HOTP", 0, false),
     // HTTP and AMQP credentials, .NET's.
     ("HTTPBasicAuth", 1, false),
     ("HTTPDigestAuth", 1, false),
@@ -5313,8 +5389,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
     let mut sealed_doc = false;
     // On a `Cookie:` header's line (`-b`/`--cookie` too): a session's cookie is a credential.
     let mut cookie_line = false;
-    // Where `htpasswd -b …`'s password, its last argument, starts in `text`.
-    let mut htpasswd_pw: Option<usize> = None;
+    // Where `htpasswd -b …`'s or NickServ's `IDENTIFY …` password, its last argument, starts in
+    // `text`.
+    let mut last_arg_pw: Option<usize> = None;
     // A network device's configuration line (`radius-server … key …`, `username … secret 0 …`),
     // and after its `key`: `1`, the key (or its type digit) is next; `2`, after the type digit.
     let mut device_line = false;
@@ -5451,7 +5528,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             net_use = false;
             piped = false;
             herestring_pw = false;
-            htpasswd_pw = None;
+            last_arg_pw = None;
             cookie_line = false;
             if redis_keys == Some(false) {
                 redis_keys = Some(true);
@@ -6411,6 +6488,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
+        // Cisco's `username ops password 0 X`, `enable secret 7 X`: the type (plain text, or
+        // the reversible type 7), then the password.
+        if pending.is_some()
+            && matches!(core, "0" | "7")
+            && ["password", "secret", "key"].iter().any(|k| before.eq_ignore_ascii_case(k))
+            && line_words(rest, 8).next().is_some()
+        {
+            out.push_str(raw);
+            continue;
+        }
         if let Some((kind, weak)) = pending.take() {
             let or_next = matches!(line_words(rest, 8).next(), Some("||" | "??"));
             // `<add key="SmtpPassword" value="…" />`: the value attribute's value; the
@@ -6721,8 +6808,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(raw);
             continue;
         }
-        if htpasswd_pw == Some(text.len() - rest.len() - raw.len()) {
-            htpasswd_pw = None;
+        if last_arg_pw == Some(text.len() - rest.len() - raw.len()) {
+            last_arg_pw = None;
             let v = vcore.trim_matches(['"', '\'']);
             if !v.is_empty() && !v.starts_with(['$', '<', '{', '%']) && !placeholder(v) {
                 let at = raw.find(v).unwrap_or(0);
@@ -6776,10 +6863,20 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             // (A command longer than that is not one whose last argument is known.)
             if batch && positional >= 2 && args.len() <= 12 {
                 // (Each word is a slice of `rest`.)
-                htpasswd_pw = args
+                last_arg_pw = args
                     .last()
                     .map(|w| text.len() - rest.len() + (w.as_ptr() as usize - rest.as_ptr() as usize));
             }
+        }
+        // IRC's `/msg NickServ IDENTIFY [account] password`: its last argument.
+        // (Right after the service's name: "ask NickServ to identify you" is prose.)
+        if core.trim_start_matches(':').eq_ignore_ascii_case("identify")
+            && ["nickserv", "/nickserv", "/ns"].iter().any(|n| before.eq_ignore_ascii_case(n))
+            && let args = line_words(rest, 256).take(3).collect::<Vec<_>>()
+            && (1..=2).contains(&args.len())
+        {
+            last_arg_pw =
+                args.last().map(|w| text.len() - rest.len() + (w.as_ptr() as usize - rest.as_ptr() as usize));
         }
         // `snmp-server host 10.0.0.9 version 2c Ybdf…`: the community its traps carry.
         if snmp
@@ -7529,6 +7626,16 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some((auth_scheme(head).unwrap_or("secret"), !is_secret_key(&raw[..eq])));
             scheme_quote = Some(q);
+            out.push_str(raw);
+            continue;
+        }
+        // Unquoted, as a map is printed (`headers={authorization=Bearer GScj…, …}`).
+        if let Some((k, scheme)) = core.rsplit_once('=')
+            && let Some(kind) = auth_scheme(scheme)
+            && named(k.rsplit(['{', ',', ' ']).next().unwrap_or(k), &["authorization", "proxy-authorization"])
+            && rest.starts_with([' ', '\t'])
+        {
+            pending = Some((kind, false));
             out.push_str(raw);
             continue;
         }
@@ -10061,6 +10168,59 @@ mod tests {
             "cache_key=6c03546d13888d950732fe9ced9ebb2e0c53f4cd19bc819231aeba1a4f76e7b7",
             "log.info(\"Basic \" + \"auth enabled\")",
             "com.example.widgets.v2 is the package",
+        ]);
+    }
+
+    #[test]
+    fn ids_content_hashes_and_bracketed_stand_ins_are_not_secrets() {
+        leaves_each(&[
+            "seeing errors for account SID AC827b2acb5c47396ad3c0e2a8ae206b58 since 05:05",
+            "  \"CID\": \"Qm1yvecKKcpiD9c8hH9xM4vdocZAXEGi8UN1mJtxBtQTUT\",",
+            "DB_PASSWORD=(hidden)  # as shown in the admin UI",
+            "NEXT_PUBLIC_STRIPE_PUBLISHABLE_KEY=pk_test_51HxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdEFGH",
+            "dedup_key: search-indexer/HighErrorRate/cad2ea0ea372",
+            "cert: MIIDdzCCAl+gAwIBAgIEAgAAuTANBgkqhkiG9w0BAQUFADBaMQswCQYDVQQGEwJJRTESMBAGA1UEChMJQmFsdGltb3Jl",
+        ]);
+        // A Twilio auth token has no prefix, and a password in brackets is still one.
+        masks_each(&[
+            ("TWILIO_AUTH_TOKEN=9f2c4e6a8b0d1f3e5a7c9b1d3f5e7a9c", "9f2c4e6a8b0d"),
+            ("DB_PASSWORD=(Tr0ub4dor&3)", "Tr0ub4dor"),
+        ]);
+    }
+
+    #[test]
+    fn inflected_and_dotted_names_irc_and_cisco_logins_and_stripped_der_keys_are_masked() {
+        masks_each(&[
+            ("Jenkins admin şifresi: WAhxfqmAoLx4gczDdFj5hh", "WAhxfqmAoLx4"),
+            ("sauce.access.key=f22e4883-6a29-49f4-a1ac-d0d3d555e66d", "f22e4883-6a29"),
+            ("dd.api.key=78ab13fab4ab7ca90d541d9e1271f361", "78ab13fab4ab"),
+            ("Passwort ist ninja.harbor.486", "ninja.harbor.486"),
+            ("    psk=\"cobalt.cobalt.290\"", "cobalt.cobalt.290"),
+            ("username netops privilege 15 password 0 maple.dragon.379", "maple.dragon.379"),
+            ("[07:10] /msg NickServ IDENTIFY ninja.falcon.904", "ninja.falcon.904"),
+            ("/msg NickServ IDENTIFY kaito Falconrocket37", "Falconrocket37"),
+            ("totp = pyotp.TOTP(\"XG7PTYID5EK6XAGO\")", "XG7PTYID5EK6XAGO"),
+            (
+                "headers={authorization=Bearer GScjNMNJE63KYZ90NVz6VBP5X9tFRYkr, x-request-id=9c85}",
+                "GScjNMNJE63K",
+            ),
+            ("\tcloudflareKey = \"TIfgyfE-5oKRTZ9Bwiwo8s2jW33xlIYkkbobR4V5\"", "5oKRTZ9Bwiwo"),
+            (
+                "single line, header stripped:\nMHcCAQEEIJl91+c4sHQXab1PanCEzpFkMEpEoZU+17oF7o/ehDgRF3Mbw0uwlnnQPV4w2gf+szHypWckleEwdLIHg59g",
+                "MHcCAQEEIJl91",
+            ),
+            (
+                "\"fbPageToken\": \"EAAGZacCwRoaTltaNXTAU6m3dH6hYL0uA6J44eN4zxoEZRMMMnj4F0TaRu5ffiBcA5QoYfWoo5UvVOyPuyTjAoDLIEY4ACZa3Jw7\"",
+                "EAAGZacCwRoa",
+            ),
+        ]);
+        leaves_each(&[
+            "kafka topic orders.created.v2 and host db.prod.internal",
+            "/msg NickServ IDENTIFY",
+            "we asked NickServ to identify the owner of the channel and the bot",
+            "ask NickServ to identify you",
+            "interface Vlan10\n ip address 10.181.25.207 255.255.255.0\n password 0",
+            "service-name: PaymentService-v2-Production-2024",
         ]);
     }
 }
