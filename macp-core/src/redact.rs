@@ -1583,7 +1583,7 @@ fn placeholder(w: &str) -> bool {
         || sops_value(w)
         // A password hash (`$apr1$…`) is not a variable, nor is a value whose name would run
         // into symbols no reference has (`$sx6a9o8tf(cow)…*^`, a Django key).
-        || (w.starts_with('$') && !crypt_hash(w) && !symbols_after_name(&w[1..]))
+        || (w.starts_with('$') && !crypt_hash(w) && !symbols_after_name(&w[1..]) && !django_key(w))
         || w.starts_with("{{")
         // The rest of a template (`{{ .Data.data.password }}@host`).
         || w.starts_with("}}")
@@ -1617,7 +1617,7 @@ fn placeholder(w: &str) -> bool {
         || w.contains("••")
         || w.contains("***")
         || w.contains("/secrets/")
-        || is(&["yes", "no", "sensitive", "filtered", "hidden", "omitted"])
+        || is(&["yes", "no", "sensitive", "filtered", "hidden", "omitted", "todo", "tbd", "fixme", "n/a"])
         // A stand-in in brackets (`(hidden)`, `(masked)`, `(not set`, as a word was cut).
         || (w.starts_with('(') && {
             let inner = w.trim_start_matches('(').trim_end_matches(')');
@@ -1948,8 +1948,11 @@ fn call(w: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphanumeric());
         // No argument starts with `=`, `%` or `^` (Django's `'hw(=2n1…'` is a key), and no
         // Django key is a call however its brackets fall.
+        // (Nor left open with a password's symbols in it, `av4Bqyi(NF4rYbNO45#Y`.)
+        let open_symbols = !args.contains(')') && args.contains(['#', '!', '@', '^', '*', '&']);
         !f.is_empty()
             && !django_key(w)
+            && !open_symbols
             && !random
             && !runs_on
             && !args.starts_with(['=', '%', '^', '~'])
@@ -3051,7 +3054,15 @@ fn said_public(out: &str) -> bool {
 /// password a Secret held, so it is not this.
 fn encoded_plain_text(w: &str, ctx: &Ctx<'_>) -> bool {
     decoded_text(w, ctx).is_some_and(|text| {
-        (text.trim_start().starts_with(['{', '[']) || text.trim().contains(' '))
+        // (Or lines of `key=value`, a config: `log_level=info\nregion=us-west-2\n`.)
+        let config = text.trim().lines().count() >= 2
+            && text.trim().lines().all(|l| {
+                l.split_once(['=', ':']).is_some_and(|(k, _)| {
+                    !k.is_empty()
+                        && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+                })
+            });
+        (text.trim_start().starts_with(['{', '[']) || text.trim().contains(' ') || config)
             && secret_in(&text, ctx).is_none()
     })
 }
@@ -3874,8 +3885,9 @@ fn pair(word: &str, ctx: &mut Ctx<'_>) -> String {
         // A shell's working directory (`PWD=/app` in `env`'s output), not a password.
         let cwd = matches!(key, "PWD" | "OLDPWD") && bare.starts_with(['/', '~']);
         let masked = if sid_id || cwd || NOT_SECRET_TOKEN_NAMES.named(key.trim_matches(['"', '\''])) {
-            // (A site key or a public key token, whatever shape its value has.)
-            None
+            // (A site key or a public key token, whatever shape its value has; but a vendor's
+            // token by its prefix, `FB_PAGE_TOKEN=EAAB…`, is one under any name.)
+            vendor_token(bare).and_then(|k| ctx.mask_on(k, bare))
         } else if named(key.trim_matches(['"', '\'']), &["signature"])
             && (public_signature(bare) || payload_signature(bare))
         {
@@ -4074,6 +4086,22 @@ fn xml_element(raw: &str, ctx: &mut Ctx<'_>) -> Option<String> {
         return None;
     }
     Some(format!("<{name}>{}</{close}", ctx.mask(secret_kind(value).unwrap_or("secret"), value)))
+}
+
+/// An element whose attribute names a secret, its text the value (Hibernate's `<property
+/// name="connection.password">…</property>`, `<entry key="api.token">…</entry>`), as one word.
+fn named_element(raw: &str, ctx: &mut Ctx<'_>) -> Option<String> {
+    let (attr, rest) = raw.split_once("=\"")?;
+    if !matches!(attr, "name" | "key") {
+        return None;
+    }
+    let (name, rest) = rest.split_once("\">")?;
+    let (value, close) = rest.split_once("</")?;
+    if value.is_empty() || !is_secret_key(name) || !secret_value(value, !is_password_key(name)) {
+        return None;
+    }
+    let m = ctx.mask(secret_kind(value).unwrap_or("secret"), value);
+    Some(format!("{attr}=\"{name}\">{m}</{close}"))
 }
 
 /// A `.pgpass` line, `host:port:database:user:password`: the password.
@@ -4401,6 +4429,9 @@ fn cipher_key_name(key: &str) -> bool {
             "encryption",
             "enc",
             "aes",
+            "aes128",
+            "aes192",
+            "aes256",
             "cipher",
             "crypto",
             "dek",
@@ -6127,6 +6158,14 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && !uuid(core)
             && !core.contains('@')
             && (!core.contains('/') || (from_file && key_material(core)))
+            // (A printed setting whose name is no secret's, `region=us-west-2`: a name in one
+            // case, where a password cases at random, `J_o.ZiIOXhC67=TC9…`.)
+            && !core.split_once('=').is_some_and(|(k, _)| {
+                k.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+                    && !(k.bytes().any(|b| b.is_ascii_uppercase()) && k.bytes().any(|b| b.is_ascii_lowercase()))
+                    && !is_secret_key(k)
+            })
         {
             out.push_str(pre);
             out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), vcore));
@@ -6269,7 +6308,9 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             || (piped
                 && pipe_filter == Some(false)
                 && (matches!(core, "login" | "--with-token" | "passwd" | "kinit" | "cryptsetup")
-                    || (core == "create" && before == "secret"))))
+                    || (core == "create" && before == "secret")
+                    // Elasticsearch's, Kibana's and Logstash's `…-keystore add -x NAME`.
+                    || (core == "add" && before.ends_with("-keystore")))))
             && let Some((s, e, word)) = echoed.take()
             // Only if the echoed word is still there as it was (nothing masked it since).
             && out.get(s..e) == Some(word.as_str())
@@ -6915,7 +6956,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             continue;
         }
         // `<password>…</password>` (Maven settings, XML configs).
-        if let Some(x) = xml_element(raw, ctx) {
+        if let Some(x) = xml_element(raw, ctx).or_else(|| named_element(raw, ctx)) {
             out.push_str(&x);
             continue;
         }
@@ -7297,6 +7338,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             let label = before.trim_end_matches(':');
             ["commit", "sha", "revision", "trace", "span", "id"].iter().any(|n| label.eq_ignore_ascii_case(n))
                 || (label.len() >= 3 && digest_name(label))
+                // (Or led by its algorithm, `sha256:a952…`: an image's digest.)
+                || digest(core)
                 || before.strip_suffix(':').is_some_and(|k| {
                     let k = k.trim_matches(['"', '\'']);
                     (k.len() > 2 && id_name(k)) || NOT_SECRET_TOKEN_NAMES.named(k)
@@ -7637,6 +7680,30 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some((kind, false));
             out.push_str(raw);
+            continue;
+        }
+        // A literal the comment after it names a secret (`"3mAH4aib…", // secret`, `'…'  # api
+        // token`): the comment says what it is. (Not one that names its id, `// key id`.)
+        if let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
+            && post.starts_with(q)
+            && core.len() >= 16
+            && (strong_credential(core) || key_material(core))
+            && post[1..].bytes().all(|b| matches!(b, b',' | b')' | b';'))
+            && let Some(comment) = line_ahead(rest, 256)
+                .trim_start()
+                .strip_prefix("//")
+                .or_else(|| line_ahead(rest, 256).trim_start().strip_prefix('#'))
+            && comment
+                .split_whitespace()
+                .any(|w| is_secret_key(w.trim_matches(|c: char| !c.is_alphanumeric())))
+            && !comment.split_whitespace().any(|w| {
+                let w = w.trim_matches(|c: char| !c.is_alphanumeric());
+                ["id", "name", "example", "public", "publishable"].iter().any(|n| w.eq_ignore_ascii_case(n))
+            })
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask(ctx.alone(core).unwrap_or("secret"), core));
+            out.push_str(post);
             continue;
         }
         let said = redact_word(core, ctx);
@@ -10221,6 +10288,52 @@ mod tests {
             "ask NickServ to identify you",
             "interface Vlan10\n ip address 10.181.25.207 255.255.255.0\n password 0",
             "service-name: PaymentService-v2-Production-2024",
+        ]);
+    }
+
+    #[test]
+    fn decoded_settings_digests_in_a_sentence_about_a_key_and_todo_are_not_secrets() {
+        leaves_each(&[
+            "root@jump01:~# echo 'bG9nX2xldmVsPWluZm8KcmVnaW9uPXVzLXdlc3QtMgpyZXBsaWNhcz02Cg==' | base64 -d\nlog_level=info\nregion=us-west-2\nreplicas=6\n",
+            "[22:23] farah: 密钥已经轮换了，新的放在 Vault 里。镜像 sha256:a952caaf93337644dfe86d539078ce91946b2c39fddaab9657c04544238dbf39",
+            "[database]\nuser = app\npassword = TODO",
+            "x = Foo(\"AbCdEfGh12345678XyZ\", // public key)",
+        ]);
+        // The same decoded config with a password in it, and a password printed by a reader.
+        masks_each(&[
+            (
+                "echo 'cGFzc3dvcmQ9aHVudGVyMlNlY3JldAp1c2VyPWFkbWluCg==' | base64 -d\npassword=hunter2Secret\nuser=admin",
+                "hunter2Secret",
+            ),
+            ("$ vault kv get -field=password secret/data/inventory/db\nJ_o.ZiIOXhC67=TC9DWZfO", "ZiIOXhC67"),
+        ]);
+    }
+
+    #[test]
+    fn django_keys_open_calls_named_elements_keystores_vendor_tokens_and_commented_literals_are_masked() {
+        masks_each(&[
+            ("SECRET_KEY = '$1@f*m9!#y771hs_8t6m1y(ey1=^)b_d)2vo8m33^v4!3_!u*f'", "f*m9!#y771hs"),
+            (
+                "loaded data key aes256_key=3024f7920a9c752de350a32a366267fb8f4f63f8e86a9790e33e37c8bb6227da",
+                "3024f7920a9c",
+            ),
+            ("OCI_AUTH_TOKEN=av4Bqyi(NF4rYbNO45#Y", "NF4rYbNO45"),
+            ("    <property name=\"connection.password\">OfWtpBc1zclSGQ1N</property>", "OfWtpBc1zclSGQ1N"),
+            ("$ echo 'orbit6622' | bin/elasticsearch-keystore add -x bootstrap.password", "orbit6622"),
+            (
+                "FB_PAGE_TOKEN=EAABsfSnEsEFxXgCBep9rIdzhQn9gteMcx5xqWi2XNcMpgiNzf9dTnl6TADZNpC3C1oB0Idq6Ky4fEb8WdqOcLDsifh9Ckrfkyr3x1tU2L3VVfVM4iS0X",
+                "EAABsfSnEsEF",
+            ),
+            (
+                "Client::new(\n    \"22jgkpuqfmttqbix9x3znsei\", // key id\n    \"3mAH4aib7mIUzQlNavWyU3tgo3IjCstl80y6TVIePX4+Zd6+Wp7kAfA0eElz9JYu\", // secret\n);",
+                "3mAH4aib7mIU",
+            ),
+        ]);
+        leaves_each(&[
+            "Client::new(\n    \"22jgkpuqfmttqbix9x3znsei\", // key id\n);",
+            "    <property name=\"connection.url\">jdbc:mysql://db/payments</property>",
+            "print(getenv('HOME'))",
+            "next_page_token=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA4",
         ]);
     }
 }
