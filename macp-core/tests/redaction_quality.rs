@@ -16,7 +16,8 @@
 //!   `redaction-twenty-ninth.jsonl`, `redaction-thirtieth.jsonl`, `redaction-thirty-first.jsonl`,
 //!   `redaction-thirty-second.jsonl`, `redaction-thirty-third.jsonl`,
 //!   `redaction-thirty-fourth.jsonl`, `redaction-thirty-fifth.jsonl`,
-//!   `redaction-thirty-sixth.jsonl` and `redaction-thirty-seventh.jsonl`, each written by someone who had not read the rules, measured
+//!   `redaction-thirty-sixth.jsonl`, `redaction-thirty-seventh.jsonl`,
+//!   `redaction-thirty-eighth.jsonl` and `redaction-thirty-ninth.jsonl`, each written by someone who had not read the rules, measured
 //!   once as written (BENCHMARKS.md keeps those first figures; the unseen set's: recall 0.926,
 //!   false positives 2.64%; the sixth's: 0.924, 2.14%; the seventh's: 0.903, 1.87%; the
 //!   eighth's: 0.869, 2.26%; the ninth's: 0.886, 3.00%; the tenth's: 0.954, 2.50%; the
@@ -30,7 +31,8 @@
 //!   0.994, 5.25%; the thirtieth's: 0.974, 0.75%; the thirty-first's: 0.980, 2.00%; the
 //!   thirty-second's: 0.974, 2.25%; the thirty-third's: 0.977, 3.00%; the thirty-fourth's:
 //!   0.980, 1.50%; the thirty-fifth's: 0.980, 2.75%; the thirty-sixth's: 0.977, 0.50%; the
-//!   thirty-seventh's: 0.966, 0.25%),
+//!   thirty-seventh's: 0.966, 0.25%; the thirty-eighth's: 0.989, 0.50%; the thirty-ninth's:
+//!   0.983, 1.00%),
 //!   then used for tuning. Together they must reach the goal: recall
 //!   at least 0.98 (a text's secret no longer appears, not even 12 characters of it), false
 //!   positives at most 1% (an innocent text changed) in every set.
@@ -142,7 +144,7 @@ fn measure(name: &str, corpus: &str) -> Score {
 }
 
 /// The development sets.
-const SETS: [(&str, &str); 37] = [
+const SETS: [(&str, &str); 39] = [
     ("corpus", include_str!("redaction-corpus.jsonl")),
     ("holdout", include_str!("redaction-holdout.jsonl")),
     ("blind", include_str!("redaction-blind.jsonl")),
@@ -180,6 +182,8 @@ const SETS: [(&str, &str); 37] = [
     ("thirty-fifth", include_str!("redaction-thirty-fifth.jsonl")),
     ("thirty-sixth", include_str!("redaction-thirty-sixth.jsonl")),
     ("thirty-seventh", include_str!("redaction-thirty-seventh.jsonl")),
+    ("thirty-eighth", include_str!("redaction-thirty-eighth.jsonl")),
+    ("thirty-ninth", include_str!("redaction-thirty-ninth.jsonl")),
 ];
 
 #[test]
@@ -295,10 +299,15 @@ fn the_redactor_holds_its_level_on_the_never_tuned_sets() {
 /// written side by side and both first measured with those rules (75f0510), never tuned on: the
 /// thirty-eighth recall 0.9886 (346 of 350), false positives 0.50% (2 of 400); the thirty-ninth
 /// recall 0.9829 (344 of 350), false positives 1.00% (4 of 400); together 0.9857 (690 of 700)
-/// and 0.75% (6 of 800).
+/// and 0.75% (6 of 800); tuned on since (3dcf4e8), 1.0000 and 0.00%, 0.9943 and 0.00%, and
+/// development sets since. The fortieth and the forty-first, written side by side and both
+/// first measured with those rules (3dcf4e8), never tuned on: the fortieth recall 0.9914 (347
+/// of 350), false positives 0.00% (0 of 400); the forty-first recall 0.9486 (332 of 350), false
+/// positives 1.00% (4 of 400: one stand-in, `TODO-fill-in`, written four ways); together 0.9700
+/// (679 of 700) and 0.50% (4 of 800).
 const NEVER_TUNED: [(&str, &str, f64, f64); 2] = [
-    ("thirty-eighth", include_str!("redaction-thirty-eighth.jsonl"), 0.988, 0.005),
-    ("thirty-ninth", include_str!("redaction-thirty-ninth.jsonl"), 0.982, 0.01),
+    ("fortieth", include_str!("redaction-fortieth.jsonl"), 0.991, 0.0),
+    ("forty-first", include_str!("redaction-forty-first.jsonl"), 0.948, 0.01),
 ];
 
 /// An operator who turns every built-in kind off gets every text as written (and the redactor
