@@ -2008,7 +2008,9 @@ fn dummy(w: &str) -> bool {
         b'p' => at(i, b"placeholder"),
         b'd' => at(i, b"dummy"),
         b'n' => at(i, b"not-a-real") || at(i, b"not_a_real"),
-        b'f' => at(i, b"fake"),
+        b'f' => at(i, b"fake") || at(i, b"fill-in") || at(i, b"fill_in"),
+        b't' => at(i, b"todo"),
+        b'r' => at(i, b"replace_me") || at(i, b"replace-me") || at(i, b"replaceme"),
         _ => false,
     });
     few || stand_in || DOC_EXAMPLES.iter().any(|e| b.len() >= e.len() && w.contains(e))
@@ -2278,6 +2280,23 @@ fn shape(word: &str) -> Option<&'static str> {
     if der_private_key(word) {
         return Some("private-key");
     }
+    // An Entra ID (Azure AD) client secret: forty characters (or about), `Q~` after a digit, the
+    // fourth.
+    if (34..=44).contains(&word.len())
+        && word.get(4..6) == Some("Q~")
+        && word.as_bytes()[3].is_ascii_digit()
+        && word.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'~' | b'-'))
+        && word.bytes().any(|b| b.is_ascii_digit())
+    {
+        return Some("secret");
+    }
+    // A Jenkins API token: `11` and 32 hex digits (no digest or id is 34 digits long).
+    if word.len() == 34
+        && word.starts_with("11")
+        && word.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Some("api-key");
+    }
     if word.bytes().filter(|b| *b == b'.').count() != 2 {
         return aws_secret(word);
     }
@@ -2349,6 +2368,11 @@ const VENDOR_PREFIXES: &[(&str, usize, bool)] = &[
     // Facebook's (Meta's) user and page access tokens; Dropbox's short-lived ones.
     ("EAA", 100, false),
     ("sl.", 130, true),
+    ("FLWSECK-", 40, true), // Flutterwave
+    ("FLWSECK_TEST-", 40, true),
+    ("dbtc_", 40, true),         // dbt Cloud
+    ("shippo_live_", 40, false), // Shippo
+    ("shippo_test_", 40, false),
     ("secret_", 50, false),
     ("ops_", 50, true),    // 1Password service accounts
     ("pul-", 44, false),   // Pulumi
@@ -4744,6 +4768,8 @@ fn code_half(w: &str) -> bool {
 const CREDENTIAL_CALLS: &[(&str, usize, bool)] = &[
     // PHP: `new PDO($dsn, $user, $password)`, mysqli.
     ("PDO", 2, false),
+    // pdpyras' `APISession("u+…")`: a PagerDuty REST API key.
+    ("APISession", 0, false),
     ("mysqli", 2, false),
     ("mysqli_connect", 2, false),
     ("mysql_connect", 2, false),
@@ -4867,7 +4893,8 @@ fn credential_call_at(w: &str, start: usize, open: usize) -> Option<(usize, Call
     if let Some(k) = callee.strip_suffix(['=', ':']) {
         return named(k.trim_matches(['"', '\'']), &["auth"]).then(|| arg(1, false)).flatten();
     }
-    let name = callee.rsplit(['.', ':', '>', ' ']).next()?;
+    // (`auth=HTTPBasicAuth(…`: the name after a keyword argument's `=`.)
+    let name = callee.rsplit(['.', ':', '>', ' ', '=']).next()?;
     let &(_, at, key) = CREDENTIAL_CALLS.iter().find(|(n, ..)| {
         *n == name
             || (n.contains(['.', ':', '>'])
@@ -6302,7 +6329,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         pw_window = pw_window.saturating_sub(1);
         // Also a login that reads its token from what is piped to it (`echo … | az devops login`,
         // `| gh auth login --with-token`).
-        if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd")
+        if (matches!(core, "-S" | "--password-stdin" | "--stdin" | "chpasswd" | "vncpasswd")
             // gpg's `--passphrase-fd 0`: the passphrase is read from what is piped in.
             || (core == "--passphrase-fd" && line_words(rest, 8).next() == Some("0"))
             || (piped
@@ -7680,6 +7707,38 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             pending = Some((kind, false));
             out.push_str(raw);
+            continue;
+        }
+        // Twilio's auth token beside its account's SID (`require('twilio')('AC…', '31d3…')`,
+        // `Client("AC…", "…")`): 32 hex digits quoted after the SID on the line.
+        if pre.ends_with(['"', '\''])
+            && core.len() == 32
+            && core.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            && let line = line_behind(&out)
+            && line.match_indices("AC").any(|(i, _)| line.get(i..i + 34).is_some_and(twilio_sid))
+        {
+            out.push_str(pre);
+            out.push_str(&ctx.mask("secret", core));
+            out.push_str(post);
+            continue;
+        }
+        // Postfix's `sasl_passwd` line (`[smtp.host]:587 user:password`): the password.
+        if before
+            .split_once("]:")
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+            && let Some((user, pass)) = core.split_once(':')
+            && !user.is_empty()
+            && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@' | b'+'))
+            // (A key id as the login, SES's `AKIA…:…`, is read with its secret by `pair`.)
+            && ctx.alone(user).is_none()
+            && !pass.contains([':', '/', '[', ']'])
+            && credential_like(pass)
+        {
+            out.push_str(pre);
+            out.push_str(user);
+            out.push(':');
+            out.push_str(&ctx.mask("secret", pass));
+            out.push_str(post);
             continue;
         }
         // A literal the comment after it names a secret (`"3mAH4aib…", // secret`, `'…'  # api
@@ -10334,6 +10393,43 @@ mod tests {
             "    <property name=\"connection.url\">jdbc:mysql://db/payments</property>",
             "print(getenv('HOME'))",
             "next_page_token=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA4",
+        ]);
+    }
+
+    #[test]
+    fn fill_in_stand_ins_are_placeholders_and_sdk_sessions_vendor_shapes_and_relay_logins_are_masked() {
+        leaves_each(&[
+            "'key_secret' => env('RAZORPAY_KEY_SECRET', 'TODO-fill-in'),",
+            "    <add key=\"CF_API_KEY\" value=\"TODO-fill-in\" />",
+            "    ZENDESK_API_TOKEN: \"REPLACE_ME\"",
+            "relayhost = [email-smtp.eu-west-1.amazonaws.com]:587",
+            "const client = require('twilio')(accountSid, authToken);",
+            "build 11d822a61f9f7a070e34238cc786653dae0 finished",
+        ]);
+        masks_each(&[
+            (
+                "const client = require('twilio')('AC6d23adcd747f774eb7592b5d14965355', '31d38563f311645dcb6afcc64bec2830');",
+                "31d38563f311",
+            ),
+            ("session = APISession('u+FLeplIQtuH7YMJ-yD5')", "u+FLeplIQtuH"),
+            ("    auth=HTTPBasicAuth(\"svc-jira-bot@example.net\", \"QpYIScoYfaSHSu\"),", "QpYIScoYfaSHSu"),
+            ("$ vncviewer 10.1.2.3:5901 -passwd <(echo jQNR37u8 | vncpasswd -f)", "jQNR37u8"),
+            (
+                "[email-smtp.ap-southeast-2.amazonaws.com]:587 smtp-relay:KHWRnWSeMivHAtJJxlv",
+                "KHWRnWSeMivHAtJJxlv",
+            ),
+            (
+                "found the old key still in the config map: `52D8Q~MXGUL3xuBirJy.HweIh9Z9e1bxhw8VP`",
+                "MXGUL3xuBirJy",
+            ),
+            ("JenkinsKey = \"11d822a61f9f7a070e34238cc786653dae\"", "11d822a61f9f"),
+            ("Shippo 키: shippo_live_96824380cb2079f780c1bbaa3aea110e7a62dd38 사용", "96824380cb20"),
+            ("found: `FLWSECK-049c32894b0084dd4e8ec7737138d545-X`", "049c32894b00"),
+            ("dbtc_IzbDCrZdA5SOqvThlv34rRvOFAgS0r8SFF3fjJCR0hJYK603_h", "IzbDCrZdA5SO"),
+        ]);
+        // (A second pass over SES's key id beside its secret changes nothing.)
+        stable_each(&[
+            "# [email-smtp.ap-south-1.amazonaws.com]:587 AKIA2E0A8F3B244C9986:BPKd7Q2xR9sLmN4vT6wY8zA1cE3gH5jK",
         ]);
     }
 }
