@@ -4386,9 +4386,15 @@ fn stated_value(w: &str) -> bool {
         !h.is_empty() && !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()) && !h.contains(':')
     });
     let time = b.iter().all(|c| c.is_ascii_digit() || matches!(c, b':' | b'.' | b'Z' | b'T' | b'-' | b'+'));
+    // Letters cased at random (`GrJyzWccVikppDH`): case changes no name has, and not words run
+    // together (`GitHubActions`).
+    let random_case = b.len() >= 10
+        && b.iter().all(u8::is_ascii_alphabetic)
+        && b.windows(2).filter(|p| p[0].is_ascii_uppercase() != p[1].is_ascii_uppercase()).count() >= 6
+        && !camel_words(w);
     (6..=72).contains(&b.len())
         && letters
-        && (digit || symbol)
+        && (digit || symbol || random_case)
         && !date
         && !host_port
         && !time
@@ -7461,7 +7467,12 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             }
         }
         // (Never a field's name, `"AccessKeyMetadata":`.)
-        if let Some(at) = said.filter(|_| !raw.ends_with(':')) {
+        // (A field's name is an identifier: `"9D6gCd9It-bLo*ti-Y-":` in a log line is a value.)
+        let field = raw.ends_with(':')
+            && core
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'"' | b'\'' | b':'));
+        if let Some(at) = said.filter(|_| !field) {
             out.push_str(pre);
             // The `user:` before it, unless that is a key id of its own (`AKIA…:…`).
             match ctx.alone(core[..at].trim_end_matches(':')) {
@@ -7472,7 +7483,11 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 }
                 None => out.push_str(&core[..at]),
             }
-            out.push_str(&ctx.mask("secret", &vcore[at..]));
+            // (A quoted value before a colon, `"…":`, keeps its closing quote and the colon.)
+            let v = &vcore[at..];
+            let v = if raw.ends_with(':') { v.trim_end_matches([':', '"', '\'']) } else { v };
+            out.push_str(&ctx.mask("secret", v));
+            out.push_str(&vcore[at + v.len()..]);
             out.push_str(vpost);
             pw_window = 0;
             login_window = 0;
@@ -10430,6 +10445,23 @@ mod tests {
         // (A second pass over SES's key id beside its secret changes nothing.)
         stable_each(&[
             "# [email-smtp.ap-south-1.amazonaws.com]:587 AKIA2E0A8F3B244C9986:BPKd7Q2xR9sLmN4vT6wY8zA1cE3gH5jK",
+        ]);
+    }
+
+    #[test]
+    fn randomly_cased_letters_and_a_quoted_value_before_a_colon_are_stated_passwords() {
+        masks_each(&[
+            ("senha do usuário de replicação: GrJyzWccVikppDH (trocar depois)", "GrJyzWccVikppDH"),
+            ("bind failed using credentials \"9D6gCd9It-bLo*ti-Y-\": LDAP: error code 49", "9D6gCd9It-bLo"),
+        ]);
+        // The quote and the colon stay; words run together and a field's name are no password.
+        assert_eq!(
+            redact_secrets("bind failed using password \"9D6gCd9It-bLo*ti-Y-\": LDAP"),
+            "bind failed using password \"[redacted:secret]\": LDAP"
+        );
+        leaves_each(&[
+            "the password policy: GitHubActions enforces it",
+            "password reset for \"AccessKeyMetadata\": done",
         ]);
     }
 }
