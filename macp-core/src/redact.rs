@@ -6038,7 +6038,7 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
                 if (if n == 2 { secret_value(core, false) } else { credential_like(core) })
                     && !dotted_name(core)
                     // (`authorization=Bearer`: a header and its scheme; the credential follows.)
-                    && !core.split_once('=').is_some_and(|(_, v)| auth_scheme(v).is_some())
+                    && core.split_once('=').is_none_or(|(_, v)| auth_scheme(v).is_none())
                     && !core.contains("://")
                     && line_words(rest, 64).next().is_none_or(device_word) =>
             {
