@@ -1395,19 +1395,19 @@ fn camel_words(w: &str) -> bool {
     if !b.iter().all(u8::is_ascii_alphabetic) || !b.last().is_some_and(u8::is_ascii_lowercase) {
         return false;
     }
-    let mut runs = Vec::new();
+    // An acronym of two to four capitals, then a word (its last capital starts the word); with
+    // one, every word after a capital has three letters or more (`iZiCiEFfaLmj` is no name).
+    let (mut acronym, mut words) = (false, true);
     let mut i = 0;
     while i < b.len() {
         let upper = b[i..].iter().take_while(|c| c.is_ascii_uppercase()).count();
         i += upper;
         let lower = b[i..].iter().take_while(|c| c.is_ascii_lowercase()).count();
         i += lower;
-        runs.push((upper, lower));
+        acronym |= upper >= 2;
+        words &= upper <= 5 && (upper == 0 || lower >= 3);
     }
-    // An acronym of two to four capitals, then a word (its last capital starts the word); with
-    // one, every word after a capital has three letters or more (`iZiCiEFfaLmj` is no name).
-    !runs.iter().any(|&(upper, _)| upper >= 2)
-        || runs.iter().all(|&(upper, lower)| upper <= 5 && (upper == 0 || lower >= 3))
+    !acronym || words
 }
 
 /// A password as people choose them: eight characters or more, letters with digits or both
@@ -2776,10 +2776,10 @@ fn key_material(v: &str) -> bool {
             // (Not words and digits run together, `GitHubDeployKey2024Prod`.)
             p.len() >= 20
                 && p.bytes().all(|b| b.is_ascii_alphanumeric())
-                && !camel_words(&p.replace(|c: char| c.is_ascii_digit(), ""))
                 && p.bytes().any(|b| b.is_ascii_uppercase())
                 && p.bytes().any(|b| b.is_ascii_lowercase())
                 && p.bytes().any(|b| b.is_ascii_digit())
+                && !camel_words(&p.replace(|c: char| c.is_ascii_digit(), ""))
         });
     v.len() >= 22
         && v.bytes().all(|b| {
@@ -4487,7 +4487,7 @@ fn cipher_key_name(key: &str) -> bool {
         && words[words.len() - 2].eq_ignore_ascii_case("data")
         && words[words.len() - 1].eq_ignore_ascii_case("key");
     data_key
-        || key_words(k).any(|w| {
+        || words.iter().any(|w| {
             [
                 "master",
                 "encryption",
@@ -5123,30 +5123,32 @@ fn reveals_secret(cmd: &str) -> bool {
     );
     // (Not a field of a public thing, `masterAuth.clusterCaCertificate`, nor a flag that names
     // a key by its id or name, `--kms-key-id`, `--key-name`, nor S3's object `--key`.)
-    let named = l.split([' ', ',', '(', ')', '=', '\'', '"']).filter(|w| !public_field(w, &l)).any(|w| {
-        ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd", "cookie"]
-            .iter()
-            .any(|t| w.contains(t))
-    });
+    let decrypts = l.contains("decrypt");
+    let named = l
+        .split([' ', ',', '(', ')', '=', '\'', '"'])
+        .filter(|w| decrypts || !public_field(w, first))
+        .any(|w| {
+            ["secret", "key", "token", "passw", "passphrase", "cred", "auth", "pwd", "cookie"]
+                .iter()
+                .any(|t| w.contains(t))
+        });
     decodes || makes || (reader && named) || reads_secret_file(cmd)
 }
 
 /// A word of a command (lower case) that names something public near a secret: a certificate's
 /// or a public key's field by its dotted path (`masterauth.clustercacertificate`; not a secret's
 /// path, `secret/prod/client-cert`), a flag naming a key by its id, name or ARN
-/// (`--kms-key-id`), or an object's key in `aws s3api` (`--key`). Never in a command that
-/// decrypts (`aws kms decrypt --key-id …` prints the plaintext).
-fn public_field(w: &str, cmd: &str) -> bool {
-    let first = cmd.split_whitespace().find(|w| *w != "sudo").unwrap_or("");
+/// (`--kms-key-id`), or an object's key in `aws s3api` (`--key`). (Not asked of a command that
+/// decrypts: `aws kms decrypt --key-id …` prints the plaintext.)
+fn public_field(w: &str, first: &str) -> bool {
     let last = w.rsplit('.').next().unwrap_or(w);
-    !cmd.contains("decrypt")
-        && ((!w.contains(['/', ':'])
-            && !w.contains("secret")
-            && ["certificate", "cert", "fingerprint", "publickey", "public_key", "public-key"]
-                .iter()
-                .any(|e| last.ends_with(e)))
-            || (w.starts_with("--") && ["-id", "-name", "-arn"].iter().any(|e| w.ends_with(e)))
-            || (w == "--key" && first == "aws"))
+    (!w.contains(['/', ':'])
+        && !w.contains("secret")
+        && ["certificate", "cert", "fingerprint", "publickey", "public_key", "public-key"]
+            .iter()
+            .any(|e| last.ends_with(e)))
+        || (w.starts_with("--") && ["-id", "-name", "-arn"].iter().any(|e| w.ends_with(e)))
+        || (w == "--key" && first == "aws")
 }
 
 /// A command that prints a file named for a secret (`cat ~/.vault_pass.txt`, `sudo cat
@@ -6214,12 +6216,20 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
         {
             masked_value!("", core, post);
         }
-        // A line of a credentials file printed whole (Postfix's `sasl_passwd`: `[host]:port
-        // user@domain:password`): the password after the login.
-        if reveal_file
+        // A line of a credentials file (Postfix's `sasl_passwd`: `[host]:port
+        // user@domain:password`), printed whole, or pasted with its relay host before the login
+        // (then any login, `smtp-relay:…`): the password after the login.
+        let relay_host = before
+            .split_once("]:")
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+        if (reveal_file || relay_host)
             && let Some((login, pass)) = core.rsplit_once(':')
-            && login.contains('@')
+            && (login.contains('@') || relay_host)
+            && !login.is_empty()
             && !login.contains("://")
+            && !pass.contains(['[', ']'])
+            // (A key id as the login, SES's `AKIA…:…`, is read with its secret by `pair`.)
+            && ctx.alone(login).is_none()
             && pass.len() >= 8
             && secret_value(pass, false)
         {
@@ -7793,25 +7803,6 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             out.push_str(post);
             continue;
         }
-        // Postfix's `sasl_passwd` line (`[smtp.host]:587 user:password`): the password.
-        if before
-            .split_once("]:")
-            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
-            && let Some((user, pass)) = core.split_once(':')
-            && !user.is_empty()
-            && user.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@' | b'+'))
-            // (A key id as the login, SES's `AKIA…:…`, is read with its secret by `pair`.)
-            && ctx.alone(user).is_none()
-            && !pass.contains([':', '/', '[', ']'])
-            && credential_like(pass)
-        {
-            out.push_str(pre);
-            out.push_str(user);
-            out.push(':');
-            out.push_str(&ctx.mask("secret", pass));
-            out.push_str(post);
-            continue;
-        }
         // A literal the comment after it names a secret (`"3mAH4aib…", // secret`, `'…'  # api
         // token`): the comment says what it is. (Not one that names its id, `// key id`.)
         if let Some(q) = pre.chars().last().filter(|c| matches!(c, '"' | '\''))
@@ -7819,10 +7810,8 @@ fn redact_secrets_with(text: &str, ctx: &mut Ctx<'_>) -> String {
             && core.len() >= 16
             && (strong_credential(core) || key_material(core))
             && post[1..].bytes().all(|b| matches!(b, b',' | b')' | b';'))
-            && let Some(comment) = line_ahead(rest, 256)
-                .trim_start()
-                .strip_prefix("//")
-                .or_else(|| line_ahead(rest, 256).trim_start().strip_prefix('#'))
+            && let ahead = line_ahead(rest, 256).trim_start()
+            && let Some(comment) = ahead.strip_prefix("//").or_else(|| ahead.strip_prefix('#'))
             && comment
                 .split_whitespace()
                 .any(|w| is_secret_key(w.trim_matches(|c: char| !c.is_alphanumeric())))
